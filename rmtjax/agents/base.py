@@ -1,0 +1,56 @@
+"""What every agent shares: the env, the iteration count, and hyperparameters held as arrays."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping
+
+import jax
+import jax.numpy as jnp
+
+from rmtjax.config import ConfigError
+from rmtjax.envs import make_env
+
+
+class Agent:
+    """Base of the agents. Subclasses set `Config` (a config section), `HParams` (a
+    `flax.struct.dataclass` of float scalars whose names match fields of `Config`) and
+    implement `init(key, hparams)`, `step(state)` and `act(params, obs, key)`.
+
+    `state.hparams` holds the numbers a user may sweep or the meta-controller may move; the
+    rest of `Config` is static structure baked into the compiled program.
+    """
+
+    Config: type
+    HParams: type
+
+    def __init__(self, config):
+        self.config = config
+        self.cfg = config.agent
+        self.env = make_env(config.env)
+        self.spec = self.env.spec
+
+    @property
+    def steps_per_iteration(self) -> int:
+        """Environment steps taken by one call of `step`, per seed."""
+        raise NotImplementedError
+
+    @property
+    def num_iterations(self) -> int:
+        return max(1, self.config.train.total_steps // self.steps_per_iteration)
+
+    def default_hparams(self, overrides: Mapping[str, jax.Array] | None = None):
+        """The initial hyperparameters from config, with `overrides` (name -> scalar array) on top."""
+        names = [f.name for f in dataclasses.fields(self.HParams)]
+        values = {n: jnp.asarray(getattr(self.cfg, n), jnp.float32) for n in names}
+        for k, v in (overrides or {}).items():
+            if k not in values:
+                raise ConfigError(f"hparams: {k!r} is not a hyperparameter of {self.config.algo}; "
+                                  f"those are {', '.join(names)}")
+            values[k] = jnp.asarray(v, jnp.float32)
+        return self.HParams(**values)
+
+
+def hparam_metrics(hparams) -> dict:
+    """Every hyperparameter as a metric of the same name."""
+    return {f.name: getattr(hparams, f.name) for f in dataclasses.fields(hparams)}

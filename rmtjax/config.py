@@ -1,0 +1,315 @@
+"""Typed configuration: dataclass sections, YAML/dict I/O, dotted overrides, validation.
+
+A `Config` has four parts: `algo` (registry name), `env` (`EnvConfig`), `train`
+(`TrainConfig`) and `agent` (the algorithm's own section, e.g. `PPOConfig`). Every field
+declares its type and, where it has one, its allowed range or choices; a bad value raises a
+`ConfigError` (a `ValueError`) naming the field, the value and what is allowed, at the moment
+the config is built. Nothing is clamped or dropped silently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import typing
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration value or key a user can fix; the message says how."""
+
+
+def param(default, *, lo=None, hi=None, lo_open=False, hi_open=False, choices=None, doc=""):
+    """A config field with a default, an optional range [lo, hi] (open ends by flag) and choices."""
+    meta = {"lo": lo, "hi": hi, "lo_open": lo_open, "hi_open": hi_open, "choices": choices, "doc": doc}
+    if isinstance(default, (dict, list)):
+        return dataclasses.field(default_factory=lambda: type(default)(default), metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def _close(name: str, valid) -> str:
+    matches = difflib.get_close_matches(name, list(valid), n=3, cutoff=0.5)
+    return f" Did you mean: {', '.join(matches)}?" if matches else f" Valid names: {', '.join(sorted(valid))}."
+
+
+def _coerce(path: str, value: Any, typ: Any) -> Any:
+    """Check `value` against the annotation `typ`, converting only where no information is lost."""
+    origin = typing.get_origin(typ)
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{path}: expected true or false, got {value!r}")
+    if typ is int:
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                raise ConfigError(f"{path}: expected an integer, got {value!r}") from None
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"{path}: expected an integer, got {value!r}")
+    if typ is float:
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                raise ConfigError(f"{path}: expected a number, got {value!r}") from None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = float(value)
+            if not math.isfinite(value):
+                raise ConfigError(f"{path}: expected a finite number, got {value!r}")
+            return value
+        raise ConfigError(f"{path}: expected a number, got {value!r}")
+    if typ is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{path}: expected a string, got {value!r}")
+    if origin is tuple:
+        (elem, *_rest) = typing.get_args(typ)
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{path}: expected a list, got {value!r}")
+        return tuple(_coerce(f"{path}[{i}]", v, elem) for i, v in enumerate(value))
+    if origin is dict or typ is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{path}: expected a mapping, got {value!r}")
+        return dict(value)
+    raise TypeError(f"unsupported config annotation {typ!r} at {path}")  # a bug in rmtjax, not user input
+
+
+class Section:
+    """Base of every config section: type and range checks at construction."""
+
+    def __post_init__(self):
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            path = f"{self.section_name()}.{f.name}"
+            value = _coerce(path, getattr(self, f.name), hints[f.name])
+            object.__setattr__(self, f.name, value)
+            m = f.metadata
+            if m.get("choices") is not None and value not in m["choices"]:
+                raise ConfigError(f"{path}: {value!r} is not one of {list(m['choices'])}")
+            items = value if isinstance(value, tuple) else (value,)
+            for v in items:
+                if not isinstance(v, (int, float)) or isinstance(v, bool):
+                    continue
+                lo, hi = m.get("lo"), m.get("hi")
+                bad_lo = lo is not None and (v <= lo if m.get("lo_open") else v < lo)
+                bad_hi = hi is not None and (v >= hi if m.get("hi_open") else v > hi)
+                if bad_lo or bad_hi:
+                    left = "(" if m.get("lo_open") else "["
+                    right = ")" if m.get("hi_open") else "]"
+                    rng = f"{left}{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}{right}"
+                    raise ConfigError(f"{path}: {value!r} is out of range; allowed {rng}")
+        self.validate()
+
+    def validate(self) -> None:
+        """Cross-field checks of one section; override where needed."""
+
+    @classmethod
+    def section_name(cls) -> str:
+        return getattr(cls, "_section", cls.__name__)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], path: str | None = None):
+        path = path or cls.section_name()
+        if data is None:
+            data = {}
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{path}: expected a mapping of settings, got {data!r}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        for key in data:
+            if key not in names:
+                raise ConfigError(f"unknown key {path}.{key}.{_close(str(key), names)}")
+        return cls(**dict(data))
+
+    def to_dict(self) -> dict:
+        out = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            out[f.name] = list(v) if isinstance(v, tuple) else (dict(v) if isinstance(v, dict) else v)
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvConfig(Section):
+    """The environment and the wrappers around it (all pure JAX, vectorised over `num_envs`)."""
+
+    _section = "env"
+    id: str = param("CartPole-v1", doc="environment id, e.g. a gymnax id such as CartPole-v1")
+    num_envs: int = param(4, lo=1, doc="environments stepped in parallel per seed")
+    params: dict = param({}, doc="overrides of the environment's own parameters (gymnax EnvParams)")
+    normalize_obs: bool = param(False, doc="normalise observations by running mean/variance")
+    obs_norm_window: int = param(0, lo=0, doc="0: statistics over the whole run; N: over the last N steps")
+    normalize_reward: bool = param(False, doc="divide rewards by the std of the discounted return")
+    reward_gamma: float = param(0.99, lo=0.0, hi=1.0, doc="discount used by reward normalisation")
+    reward_scale: float = param(1.0, lo=0.0, lo_open=True, doc="constant factor on rewards")
+    reward_clip: float = param(0.0, lo=0.0, doc="clip rewards to [-c, c] after scaling; 0 disables")
+    frame_stack: int = param(1, lo=1, hi=64, doc="number of most recent observations stacked")
+
+    def validate(self):
+        from rmtjax.envs import available_envs
+
+        ids = available_envs()
+        if self.id not in ids:
+            raise ConfigError(f"env.id: unknown environment {self.id!r}.{_close(self.id, ids)} "
+                              f"Available: {', '.join(ids)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig(Section):
+    """What the driver does: how long, how many seeds, how the run is chunked and reported."""
+
+    _section = "train"
+    total_steps: int = param(500_000, lo=1, doc="environment steps per seed")
+    num_seeds: int = param(1, lo=1, doc="independent seeds trained side by side (vmapped)")
+    num_chunks: int = param(10, lo=1, doc="the scan is split into this many compiled chunks")
+    progress: bool = param(True, doc="show a progress bar between chunks")
+    seed: int = param(0, lo=0, doc="PRNG seed used by the CLI (Python callers pass a key)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """A complete, validated training configuration."""
+
+    algo: str
+    env: EnvConfig
+    train: TrainConfig
+    agent: Section
+
+    def __post_init__(self):
+        from rmtjax.agents import agent_config_class
+
+        cls = agent_config_class(self.algo)
+        if not isinstance(self.agent, cls):
+            raise ConfigError(f"agent: expected a {cls.__name__} for algo {self.algo!r}, got {type(self.agent).__name__}")
+        check = getattr(self.agent, "validate_with", None)
+        if check is not None:
+            check(self.env, self.train)
+
+    # -- construction -------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Config":
+        from rmtjax.agents import agent_config_class
+
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"a config must be a mapping with keys algo, env, train, agent; got {type(data).__name__}")
+        top = {"algo", "env", "train", "agent"}
+        for key in data:
+            if key not in top:
+                raise ConfigError(f"unknown key {key}.{_close(str(key), top)}")
+        algo = data.get("algo")
+        if not isinstance(algo, str):
+            raise ConfigError("algo: missing or not a string; give the algorithm name, e.g. algo: ppo")
+        agent_cls = agent_config_class(algo)
+        return cls(
+            algo=algo,
+            env=EnvConfig.from_dict(data.get("env") or {}),
+            train=TrainConfig.from_dict(data.get("train") or {}),
+            agent=agent_cls.from_dict(data.get("agent") or {}, path="agent"),
+        )
+
+    def to_dict(self) -> dict:
+        return {"algo": self.algo, "env": self.env.to_dict(), "train": self.train.to_dict(),
+                "agent": self.agent.to_dict()}
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    def override(self, overrides: Mapping[str, Any] | None) -> "Config":
+        """A new config with dotted keys replaced, e.g. `{"agent.lr": 3e-4, "env.num_envs": 8}`."""
+        data = self.to_dict()
+        for dotted, value in (overrides or {}).items():
+            _set_dotted(data, dotted, value)
+        return Config.from_dict(data)
+
+
+def _set_dotted(data: dict, dotted: str, value: Any) -> None:
+    parts = str(dotted).split(".")
+    if parts == ["algo"]:
+        data["algo"] = value
+        return
+    sections = ("env", "train", "agent")
+    if parts[0] not in sections or len(parts) < 2:
+        raise ConfigError(f"unknown key {dotted}: a key is section.field with section one of "
+                          f"{', '.join(sections)}.{_close(parts[0], sections) if parts[0] not in sections else ''}")
+    node = data[parts[0]]
+    for i, part in enumerate(parts[1:-1], start=1):
+        if part not in node or not isinstance(node[part], dict):
+            raise ConfigError(f"unknown key {'.'.join(parts[: i + 1])}.{_close(part, node)}")
+        node = node[part]
+    leaf = parts[-1]
+    if leaf not in node and not _is_free_mapping(parts):
+        raise ConfigError(f"unknown key {dotted}.{_close(leaf, node)}")
+    node[leaf] = value
+
+
+def _is_free_mapping(parts) -> bool:
+    # env.params.<name> sets a field of the environment's own parameters; checked when the env is built
+    return len(parts) == 3 and parts[0] == "env" and parts[1] == "params"
+
+
+def _preset_path(algo: str, env: str) -> Path:
+    slug = env.replace(":", "_").replace("/", "_")
+    return Path(__file__).parent / "configs" / f"{algo}_{slug}.yaml"
+
+
+def available_presets() -> list[str]:
+    return sorted(p.stem for p in (Path(__file__).parent / "configs").glob("*.yaml"))
+
+
+def make_config(algo: str, env: str = "CartPole-v1", overrides: Mapping[str, Any] | None = None) -> Config:
+    """The config for `algo` on `env`: the bundled preset when one exists, else the defaults,
+    then `overrides` (dotted keys) on top."""
+    from rmtjax.agents import agent_config_class
+
+    agent_config_class(algo)  # unknown algorithm names fail here, with close matches
+    preset = _preset_path(algo, env)
+    if preset.exists():
+        base = load_config(preset)
+        if base.algo != algo:
+            raise ConfigError(f"preset {preset.name} declares algo {base.algo!r}, expected {algo!r}")
+        data = base.to_dict()
+        data["env"]["id"] = env
+    else:
+        data = {"algo": algo, "env": {"id": env}, "train": {}, "agent": {}}
+    cfg = Config.from_dict(data)
+    return cfg.override(overrides) if overrides else cfg
+
+
+def load_config(path) -> Config:
+    """Read a YAML config file; every problem is reported as a `ConfigError` naming the file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path} is not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a config file must be a mapping with keys algo, env, train, agent")
+    return Config.from_dict(data)
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """`"agent.lr=3e-4"` -> `("agent.lr", 0.0003)`; the value is read as YAML."""
+    if "=" not in text:
+        raise ConfigError(f"--set {text!r}: expected key=value, e.g. --set agent.lr=3e-4")
+    key, raw = text.split("=", 1)
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    if isinstance(value, str):  # YAML 1.1 reads 3e-4 (no dot) as a string
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    return key.strip(), value

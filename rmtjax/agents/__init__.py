@@ -9,6 +9,7 @@ import importlib
 
 _REGISTRY = {
     "ppo": "rmtjax.agents.ppo:PPO",
+    "rmt": "rmtjax.agents.rmt:RMT",
 }
 
 

@@ -220,7 +220,7 @@ class PPO(Agent):
             params, opt_state = carry
             grads, aux = jax.grad(loss_fn, has_aux=True)(params, mb)
             updates, opt_state = self.tx.update(grads, opt_state, params)
-            aux["grad_norm"] = optax.global_norm(grads)
+            aux["grad_norm"] = optax.tree.norm(grads)
             return (optax.apply_updates(params, updates), opt_state), aux
 
         def update_epoch(carry, k):

@@ -1,0 +1,352 @@
+"""The RMT agent: value-based learning with tiered replay and entropy-driven exploration.
+
+One iteration (see DESIGN.md):
+1. act `rollout_len` steps in `num_envs` envs with ε-greedy mixed with Boltzmann over Q
+   (temperature adapted towards a target policy entropy);
+2. turn the steps into n-step transitions (a per-env window of the last n steps; a return is
+   cut at the first episode end, bootstrapping through truncation but never through a
+   terminal state), give each its TD error under the current networks and store it — the
+   tiered buffer routes it to the hot, warm or cold tier by that error;
+3. `num_updates` gradient steps on minibatches drawn across tiers with importance weights:
+   Double-DQN n-step targets, Huber loss, global-norm clipping, Adam with an injectable lr;
+   the new TD errors are written back, so items move between tiers;
+4. report diagnostics (tier shares, top-TD share, TD-error moving average, grad norm).
+
+Discrete actions use one Q head; continuous actions are discretised into `bins` values per
+dimension with one head per dimension, Q(s, a) = mean_d Q_d(s, a_d).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import struct
+
+from rmtjax import exploration
+from rmtjax.agents.base import Agent, hparam_metrics
+from rmtjax.config import ConfigError, Section, param
+from rmtjax.envs import VecEnvState, episode_metrics
+from rmtjax.networks import TORSOS, PerDimQHead, QHead, QNetwork, make_torso
+from rmtjax.replay import make_replay
+
+
+@dataclasses.dataclass(frozen=True)
+class RMTConfig(Section):
+    _section = "agent"
+    # acting and learning schedule
+    rollout_len: int = param(4, lo=1, doc="env steps per env per iteration")
+    updates_per_step: float = param(0.25, lo=0.0, lo_open=True, doc="gradient updates per env step (replay ratio)")
+    batch_size: int = param(128, lo=1)
+    buffer_size: int = param(50_000, lo=16, doc="total replay capacity (all tiers)")
+    learning_starts: int = param(1_000, lo=0, doc="env steps per seed before learning starts")
+    # targets and optimisation
+    lr: float = param(5e-4, lo=0.0, hi=1.0, lo_open=True)
+    gamma: float = param(0.99, lo=0.0, hi=1.0)
+    n_step: int = param(3, lo=1, hi=32, doc="n of the n-step return")
+    double_q: bool = param(True, doc="Double-DQN targets (online argmax, target value)")
+    target_update: str = param("hard", choices=("hard", "polyak"))
+    target_update_every: int = param(500, lo=1, doc="gradient steps between hard target updates")
+    tau: float = param(0.005, lo=0.0, hi=1.0, lo_open=True, doc="Polyak rate")
+    huber_delta: float = param(1.0, lo=0.0, lo_open=True)
+    max_grad_norm: float = param(10.0, lo=0.0, lo_open=True)
+    # network
+    torso: str = param("fractal", choices=TORSOS)
+    hidden: tuple[int, ...] = param((128, 128), lo=1, doc="MLP widths, or (width,) × blocks for fractal/residual")
+    activation: str = param("relu", choices=("relu", "tanh", "gelu", "silu", "elu"))
+    layer_norm: bool = param(True)
+    dueling: bool = param(True)
+    bins: int = param(11, lo=2, hi=1001, doc="continuous actions: values per action dimension")
+    # replay
+    replay: str = param("tiered", choices=("tiered", "uniform", "prioritized"))
+    tier_fractions: tuple[float, ...] = param((0.01, 0.1, 0.89), lo=0.0, hi=1.0, doc="hot/warm/cold capacity shares")
+    tier_proportions: tuple[float, ...] = param((0.25, 0.35, 0.4), lo=0.0, hi=1.0, doc="hot/warm/cold sampling shares")
+    priority_alpha: float = param(0.6, lo=0.0, hi=1.0, doc="prioritized replay exponent")
+    beta_start: float = param(0.4, lo=0.0, hi=1.0, doc="importance-weight exponent, annealed to 1")
+    # exploration
+    exploration: str = param("eps_boltzmann", choices=("eps_boltzmann", "eps_greedy"))
+    eps_start: float = param(1.0, lo=0.0, hi=1.0)
+    eps_end: float = param(0.05, lo=0.0, hi=1.0)
+    eps_decay_frac: float = param(0.5, lo=0.0, hi=1.0, lo_open=True, doc="share of training over which ε decays")
+    entropy_target_start: float = param(0.5, lo=0.0, hi=1.0, doc="Boltzmann entropy target, share of log|A|")
+    entropy_target_end: float = param(0.05, lo=0.0, hi=1.0)
+    temperature_lr: float = param(0.1, lo=0.0, doc="rate of the log-temperature update")
+    init_temperature: float = param(1.0, lo=1e-3, hi=1e3)
+
+    def validate(self):
+        for name in ("tier_fractions", "tier_proportions"):
+            v = getattr(self, name)
+            if len(v) != 3 or abs(sum(v) - 1.0) > 1e-6:
+                raise ConfigError(f"agent.{name}: {list(v)} must be three shares (hot, warm, cold) summing to 1")
+
+    def validate_with(self, env, train):
+        if self.batch_size > self.buffer_size:
+            raise ConfigError(f"agent.batch_size: {self.batch_size} exceeds agent.buffer_size {self.buffer_size}")
+        per_iter = env.num_envs * self.rollout_len
+        if per_iter > self.buffer_size * min(self.tier_fractions):
+            if self.replay == "tiered":
+                raise ConfigError(f"agent.buffer_size: the smallest tier ({self.buffer_size} × "
+                                  f"{min(self.tier_fractions)}) must hold one iteration's {per_iter} transitions")
+        if train.total_steps < per_iter:
+            raise ConfigError(f"train.total_steps: {train.total_steps} is less than one iteration ({per_iter})")
+        if self.torso == "cnn":
+            from rmtjax.envs import make_env
+
+            if len(make_env(env).spec.obs_shape) != 3:
+                raise ConfigError("agent.torso: 'cnn' needs image observations [H, W, C]; this env's are not")
+
+
+@struct.dataclass
+class RMTHParams:
+    lr: jax.Array
+    gamma: jax.Array
+    eps_start: jax.Array
+    eps_end: jax.Array
+    tau: jax.Array
+    max_grad_norm: jax.Array
+    entropy_target_start: jax.Array
+    entropy_target_end: jax.Array
+    temperature_lr: jax.Array
+    beta_start: jax.Array
+
+
+@struct.dataclass
+class NStepWindow:
+    """The last n steps of every env, [N, n, ...]; index 0 is the oldest."""
+
+    obs: jax.Array
+    action: jax.Array
+    reward: jax.Array
+    terminated: jax.Array
+    done: jax.Array
+    next_obs: jax.Array  # the observation each step ended in (pre-reset)
+
+
+@struct.dataclass
+class RMTState:
+    params: Any
+    target_params: Any
+    opt_state: Any
+    env_state: VecEnvState
+    obs: jax.Array
+    window: NStepWindow
+    replay: Any
+    log_temperature: jax.Array
+    td_ema: jax.Array  # moving average of |TD error| over learning steps
+    hparams: RMTHParams
+    iteration: jax.Array
+    env_steps: jax.Array
+    grad_steps: jax.Array
+    key: jax.Array
+
+
+class RMT(Agent):
+    Config = RMTConfig
+    HParams = RMTHParams
+
+    def __init__(self, config):
+        super().__init__(config)
+        c, spec = self.cfg, self.spec
+        self.per_dim = not spec.discrete
+        dtype = jnp.float32
+        torso = make_torso(c.torso, c.hidden, c.activation, c.layer_norm, dtype)
+        if self.per_dim:
+            self.num_dims = int(np.prod(spec.action_shape))
+            head = PerDimQHead(self.num_dims, c.bins, c.dueling, dtype)
+            self.action_values = np.linspace(spec.action_low.reshape(-1), spec.action_high.reshape(-1), c.bins).T
+        else:
+            head = QHead(spec.num_actions, c.dueling, dtype)
+        self.net = QNetwork(torso, head)
+        self.num_updates = max(1, round(c.updates_per_step * config.env.num_envs * c.rollout_len))
+        self.tx = optax.inject_hyperparams(
+            lambda learning_rate, max_grad_norm: optax.chain(
+                optax.clip_by_global_norm(max_grad_norm), optax.adam(learning_rate)),
+        )(learning_rate=c.lr, max_grad_norm=c.max_grad_norm)
+        self.replay = make_replay(c.replay, capacity=c.buffer_size, fractions=c.tier_fractions,
+                                  proportions=c.tier_proportions, alpha=c.priority_alpha)
+
+    @property
+    def steps_per_iteration(self) -> int:
+        return self.config.env.num_envs * self.cfg.rollout_len
+
+    # -- Q-value helpers: q_all is [B, A] or [B, D, bins]; an action is [B] or [B, D] -------------
+    def q_values(self, params, obs):
+        return self.net.apply(params, obs)
+
+    @staticmethod
+    def _q_of(q_all, action):
+        picked = jnp.take_along_axis(q_all, action[..., None], axis=-1)[..., 0]
+        return picked.mean(-1) if picked.ndim == 2 else picked
+
+    def env_action(self, action):
+        """Bin indices -> env actions (continuous); identity for discrete."""
+        if not self.per_dim:
+            return action
+        values = jnp.asarray(self.action_values)  # [D, bins]
+        a = jnp.take_along_axis(values[None], action[..., None], axis=-1)[..., 0]
+        return a.reshape((action.shape[0],) + self.spec.action_shape)
+
+    def act(self, params, obs, key=None):
+        """Greedy action (env units)."""
+        return self.env_action(jnp.argmax(self.q_values(params, obs), axis=-1))
+
+    # -- n-step transitions ------------------------------------------------------------------
+    def _push(self, window: NStepWindow, obs, action, reward, terminated, done, next_obs) -> NStepWindow:
+        def push(buf, x):
+            return jnp.concatenate([buf[:, 1:], x[:, None].astype(buf.dtype)], axis=1)
+
+        return NStepWindow(push(window.obs, obs), push(window.action, action), push(window.reward, reward),
+                           push(window.terminated, terminated), push(window.done, done),
+                           push(window.next_obs, next_obs))
+
+    def _emit(self, window: NStepWindow) -> dict:
+        """The transition that starts at the window's oldest step, cut at its first episode end."""
+        n = self.cfg.n_step
+        k = jnp.arange(n)
+        first_end = jnp.where(window.done.any(1), jnp.argmax(window.done, axis=1), n - 1)  # [N]
+        rewards = jnp.where(k[None] <= first_end[:, None], window.reward, 0.0)
+        rows = jnp.arange(window.obs.shape[0])
+        return {
+            "obs": window.obs[:, 0],
+            "action": window.action[:, 0],
+            "rewards": rewards,
+            "steps": (first_end + 1).astype(jnp.int32),
+            "boot_obs": window.next_obs[rows, first_end],
+            "terminated": window.terminated[rows, first_end],
+        }
+
+    def _targets(self, params, target_params, batch, gamma):
+        """n-step (Double-)DQN targets [B] for stored transitions."""
+        n = self.cfg.n_step
+        ret = (batch["rewards"] * gamma ** jnp.arange(n, dtype=jnp.float32)).sum(-1)
+        q_next_target = self.q_values(target_params, batch["boot_obs"])
+        chooser = self.q_values(params, batch["boot_obs"]) if self.cfg.double_q else q_next_target
+        boot = self._q_of(q_next_target, jnp.argmax(chooser, axis=-1))
+        discount = gamma ** batch["steps"].astype(jnp.float32) * (1.0 - batch["terminated"].astype(jnp.float32))
+        return jax.lax.stop_gradient(ret + discount * boot)
+
+    def _td_error(self, params, target_params, batch, gamma):
+        q = self._q_of(self.q_values(params, batch["obs"]), batch["action"])
+        return self._targets(params, target_params, batch, gamma) - q
+
+    # -- protocol ------------------------------------------------------------------------------
+    def init(self, key, hparams=None) -> RMTState:
+        c, spec = self.cfg, self.spec
+        k_env, k_net, k_fill, key = jax.random.split(key, 4)
+        obs, env_state = self.env.reset(k_env)
+        params = self.net.init(k_net, obs)
+        hp = self.default_hparams(hparams)
+        N = self.config.env.num_envs
+        action_shape = (N, self.num_dims) if self.per_dim else (N,)
+        zeros_obs = jnp.zeros((N, c.n_step) + spec.obs_shape, spec.obs_dtype)
+        window = NStepWindow(zeros_obs, jnp.zeros((N, c.n_step) + action_shape[1:], jnp.int32),
+                             jnp.zeros((N, c.n_step)), jnp.zeros((N, c.n_step), bool),
+                             jnp.zeros((N, c.n_step), bool), zeros_obs)
+
+        # fill the window with n-1 uniformly random steps, so every later step emits a real transition
+        def random_step(carry, k):
+            obs, env_state, window = carry
+            k_a, k_e = jax.random.split(k)
+            num = c.bins if self.per_dim else spec.num_actions
+            action = jax.random.randint(k_a, action_shape, 0, num)
+            next_obs, env_state, reward, term, _, info = self.env.step(k_e, env_state, self.env_action(action))
+            window = self._push(window, obs, action, reward, term, info["done"], info["final_obs"])
+            return (next_obs, env_state, window), None
+
+        (obs, env_state, window), _ = jax.lax.scan(
+            random_step, (obs, env_state, window), jax.random.split(k_fill, c.n_step - 1))
+        example = jax.tree.map(lambda x: x[0], self._emit(window))
+        return RMTState(
+            params=params, target_params=params, opt_state=self.tx.init(params), env_state=env_state, obs=obs,
+            window=window, replay=self.replay.init(example), log_temperature=jnp.log(jnp.float32(c.init_temperature)),
+            td_ema=jnp.zeros(()), hparams=hp, iteration=jnp.zeros((), jnp.int32),
+            env_steps=jnp.asarray(N * (c.n_step - 1), jnp.int32), grad_steps=jnp.zeros((), jnp.int32), key=key)
+
+    def step(self, state: RMTState):
+        c, hp = self.cfg, state.hparams
+        progress = state.iteration.astype(jnp.float32) / self.num_iterations
+        epsilon = exploration.linear_schedule(hp.eps_start, hp.eps_end, progress, c.eps_decay_frac)
+        entropy_frac = exploration.linear_schedule(hp.entropy_target_start, hp.entropy_target_end, progress,
+                                                   c.eps_decay_frac)
+        beta = hp.beta_start + (1.0 - hp.beta_start) * progress
+        boltzmann = c.exploration == "eps_boltzmann"
+
+        # 1. act
+        def env_step(carry, k):
+            obs, env_state, window, log_temp = carry
+            k_act, k_env = jax.random.split(k)
+            q = self.q_values(state.params, obs)
+            action, info = exploration.select_action(k_act, q, epsilon, jnp.exp(log_temp), boltzmann)
+            if boltzmann:
+                log_temp = exploration.adapt_temperature(log_temp, info["policy_entropy"],
+                                                         entropy_frac * info["max_entropy"], hp.temperature_lr)
+            next_obs, env_state, reward, term, _, env_info = self.env.step(k_env, env_state, self.env_action(action))
+            window = self._push(window, obs, action, reward, term, env_info["done"], env_info["final_obs"])
+            return (next_obs, env_state, window, log_temp), (self._emit(window), info)
+
+        key, k_roll, k_learn = jax.random.split(state.key, 3)
+        (obs, env_state, window, log_temp), (new, act_info) = jax.lax.scan(
+            env_step, (state.obs, state.env_state, state.window, state.log_temperature),
+            jax.random.split(k_roll, c.rollout_len))
+        new = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), new)  # [T*N, ...]
+
+        # 2. store with the TD error of the current networks
+        td_new = self._td_error(state.params, state.target_params, new, hp.gamma)
+        replay = self.replay.add(state.replay, new, jnp.abs(td_new))
+        env_steps = state.env_steps + self.steps_per_iteration
+
+        # 3. learn
+        opt_state = state.opt_state._replace(hyperparams={
+            **state.opt_state.hyperparams, "learning_rate": hp.lr, "max_grad_norm": hp.max_grad_norm})
+
+        def update(carry, k):
+            params, target_params, opt_state, replay, grad_steps = carry
+            batch, info = self.replay.sample(replay, k, c.batch_size, beta)
+
+            def loss_fn(p):
+                td = self._td_error(p, target_params, batch, hp.gamma)
+                return (info.weight * optax.huber_loss(td, delta=c.huber_delta)).mean(), td
+
+            (loss, td), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+            updates, opt_state = self.tx.update(grads, opt_state, params)
+            params = optax.apply_updates(params, updates)
+            grad_steps = grad_steps + 1
+            if c.target_update == "polyak":
+                target_params = optax.incremental_update(params, target_params, hp.tau)
+            else:
+                target_params = jax.tree.map(lambda t, p: jnp.where(grad_steps % c.target_update_every == 0, p, t),
+                                             target_params, params)
+            replay = self.replay.update(replay, info, jnp.abs(td))
+            stats = {"loss": loss, "grad_norm": optax.tree.norm(grads), "td_abs": jnp.abs(td).mean(),
+                     "q_mean": self._q_of(self.q_values(params, batch["obs"]), batch["action"]).mean(),
+                     **self.replay.batch_stats(replay, info, k)}
+            return (params, target_params, opt_state, replay, grad_steps), stats
+
+        def learn(args):
+            return jax.lax.scan(update, args, jax.random.split(k_learn, self.num_updates))
+
+        carry = (state.params, state.target_params, opt_state, replay, state.grad_steps)
+        stats_shape = jax.eval_shape(learn, carry)[1]
+        skip = lambda args: (args, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), stats_shape))
+        learning = env_steps >= c.learning_starts
+        (params, target_params, opt_state, replay, grad_steps), stats = jax.lax.cond(learning, learn, skip, carry)
+        stats = jax.tree.map(lambda x: x.mean(0), stats)
+        td_ema = jnp.where(learning, jnp.where(state.td_ema == 0, stats["td_abs"], 0.99 * state.td_ema + 0.01 * stats["td_abs"]),
+                           state.td_ema)
+
+        new_state = state.replace(
+            params=params, target_params=target_params, opt_state=opt_state, env_state=env_state, obs=obs,
+            window=window, replay=replay, log_temperature=log_temp, td_ema=td_ema, iteration=state.iteration + 1,
+            env_steps=env_steps, grad_steps=grad_steps, key=key)
+        metrics = {
+            "env_steps": env_steps, **episode_metrics(state.env_state, env_state), **stats,
+            "td_error_ema": td_ema, "epsilon": epsilon, "temperature": jnp.exp(log_temp), "beta": beta,
+            "policy_entropy": act_info["policy_entropy"].mean(), "explore_frac": act_info["explore_frac"].mean(),
+            "nongreedy_frac": act_info["nongreedy_frac"].mean(), "td_new_abs": jnp.abs(td_new).mean(),
+            **self.replay.buffer_stats(replay), **hparam_metrics(hp),
+        }
+        return new_state, metrics

@@ -10,6 +10,7 @@ import importlib
 _REGISTRY = {
     "ppo": "rmtjax.agents.ppo:PPO",
     "rmt": "rmtjax.agents.rmt:RMT",
+    "dqn": "rmtjax.agents.dqn:DQN",
 }
 
 

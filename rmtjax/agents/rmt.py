@@ -150,6 +150,7 @@ class RMT(Agent):
 
     def __init__(self, config):
         super().__init__(config)
+        self.cfg = self.settings(config.agent)
         c, spec = self.cfg, self.spec
         self.per_dim = not spec.discrete
         dtype = jnp.float32
@@ -168,6 +169,11 @@ class RMT(Agent):
         )(learning_rate=c.lr, max_grad_norm=c.max_grad_norm)
         self.replay = make_replay(c.replay, capacity=c.buffer_size, fractions=c.tier_fractions,
                                   proportions=c.tier_proportions, alpha=c.priority_alpha)
+
+    @staticmethod
+    def settings(agent_cfg) -> RMTConfig:
+        """The full RMT settings this agent runs with (a baseline maps its own section onto them)."""
+        return agent_cfg
 
     @property
     def steps_per_iteration(self) -> int:
@@ -322,19 +328,22 @@ class RMT(Agent):
                                              target_params, params)
             replay = self.replay.update(replay, info, jnp.abs(td))
             stats = {"loss": loss, "grad_norm": optax.tree.norm(grads), "td_abs": jnp.abs(td).mean(),
-                     "q_mean": self._q_of(self.q_values(params, batch["obs"]), batch["action"]).mean(),
-                     **self.replay.batch_stats(replay, info, k)}
-            return (params, target_params, opt_state, replay, grad_steps), stats
+                     "q_mean": self._q_of(self.q_values(params, batch["obs"]), batch["action"]).mean()}
+            return (params, target_params, opt_state, replay, grad_steps), (stats, info)
 
         def learn(args):
-            return jax.lax.scan(update, args, jax.random.split(k_learn, self.num_updates))
+            k_updates, k_stats = jax.random.split(k_learn)
+            args, (stats, infos) = jax.lax.scan(update, args, jax.random.split(k_updates, self.num_updates))
+            # sampling diagnostics of the iteration's last minibatch (the top-TD share costs a sort)
+            last = jax.tree.map(lambda x: x[-1], infos)
+            stats = {**jax.tree.map(lambda x: x.mean(0), stats), **self.replay.batch_stats(args[3], last, k_stats)}
+            return args, stats
 
         carry = (state.params, state.target_params, opt_state, replay, state.grad_steps)
         stats_shape = jax.eval_shape(learn, carry)[1]
         skip = lambda args: (args, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), stats_shape))
         learning = env_steps >= c.learning_starts
         (params, target_params, opt_state, replay, grad_steps), stats = jax.lax.cond(learning, learn, skip, carry)
-        stats = jax.tree.map(lambda x: x.mean(0), stats)
         td_ema = jnp.where(learning, jnp.where(state.td_ema == 0, stats["td_abs"], 0.99 * state.td_ema + 0.01 * stats["td_abs"]),
                            state.td_ema)
 

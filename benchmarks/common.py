@@ -1,0 +1,65 @@
+"""Shared bits of the benchmark scripts: machine description, timing, table output."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def machine() -> str:
+    cpu = platform.processor() or "cpu"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    dev = jax.devices()[0]
+    return f"{os.cpu_count()} cores, {cpu}; jax {jax.__version__} on {dev.platform} ({dev.device_kind})"
+
+
+def compile_and_time(fn, *args):
+    """(compile seconds, run seconds, output) of `jax.jit(fn)(*args)`, compile measured apart."""
+    t0 = time.perf_counter()
+    compiled = jax.jit(fn).lower(*args).compile()
+    t1 = time.perf_counter()
+    out = jax.block_until_ready(compiled(*args))
+    t2 = time.perf_counter()
+    return t1 - t0, t2 - t1, out
+
+
+def write_table(name: str, title: str, header: list[str], rows: list[list], notes: str = "") -> Path:
+    """Print a markdown table and write it, with the command, machine and date, to results/NAME.md."""
+    lines = [f"# {title}", "",
+             f"- command: `python {' '.join(sys.argv)}`",
+             f"- machine: {machine()}",
+             f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}",
+             f"- git: {_git_rev()}", ""]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    if notes:
+        lines += ["", notes]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.md"
+    path.write_text(text)
+    return path
+
+
+def _git_rev() -> str:
+    try:
+        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True,
+                                       cwd=Path(__file__).parent).strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"

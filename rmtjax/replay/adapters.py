@@ -1,0 +1,81 @@
+"""The tiered and prioritised buffers behind the agents' one replay interface
+(see `rmtjax.replay.make_replay`)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from rmtjax.replay import _POOL, prioritized, tiered, top_share
+
+
+@struct.dataclass
+class PrioritizedDraw:
+    slot: jax.Array
+    weight: jax.Array
+    valid: jax.Array
+    td: jax.Array  # |TD| stored for the drawn items
+
+
+class TieredReplay:
+    """Hot/warm/cold tiers keyed on |TD error|, sampled in fixed proportions."""
+
+    def __init__(self, capacity: int, fractions, proportions):
+        self.capacity, self.fractions = capacity, tuple(fractions)
+        self.proportions = jnp.asarray(proportions, jnp.float32)
+
+    def init(self, example):
+        return tiered.init(example, self.capacity, self.fractions)
+
+    def add(self, state, batch, td_abs):
+        return tiered.add(state, batch, td_abs)
+
+    def sample(self, state, key, batch_size, beta):
+        return tiered.sample(state, key, batch_size, self.proportions, beta)
+
+    def update(self, state, info, td_abs):
+        return tiered.update(state, info, td_abs)
+
+    def batch_stats(self, state, info, key):
+        counts = tiered.tier_sizes(state).astype(jnp.float32)
+        # drawing in proportion to tier sizes is a uniform draw over the buffer's items
+        _, pool = tiered.sample(state, key, _POOL, counts / jnp.maximum(counts.sum(), 1.0), 0.0)
+        return {"top_td_share": top_share(pool.abs_td_error, info.abs_td_error),
+                "hot_share": (info.tier == tiered.HOT).mean(), "warm_share": (info.tier == tiered.WARM).mean(),
+                "cold_share": (info.tier == tiered.COLD).mean()}
+
+    def buffer_stats(self, state):
+        counts = tiered.tier_sizes(state)
+        return {"replay_size": counts.sum(), "hot_size": counts[0], "warm_size": counts[1], "cold_size": counts[2],
+                "hot_threshold": state.thresholds[0], "warm_threshold": state.thresholds[1]}
+
+
+class PrioritizedReplay:
+    """Proportional prioritised replay (sum-tree), priority = |TD error|."""
+
+    EPS = 1e-3  # keeps every item drawable
+
+    def __init__(self, capacity: int, alpha: float):
+        self.capacity, self.alpha = capacity, alpha
+
+    def init(self, example):
+        return prioritized.init({"item": example, "td": jnp.zeros((), jnp.float32)}, self.capacity, self.alpha)
+
+    def add(self, state, batch, td_abs):
+        return prioritized.add(state, {"item": batch, "td": td_abs}, td_abs + self.EPS)
+
+    def sample(self, state, key, batch_size, beta):
+        data, info = prioritized.sample(state, key, batch_size, beta)
+        return data["item"], PrioritizedDraw(info.slot, info.weight, info.valid, data["td"])
+
+    def update(self, state, info, td_abs):
+        state = prioritized.update(state, info.slot, td_abs + self.EPS, info.valid)
+        return state.replace(data={**state.data, "td": state.data["td"].at[info.slot].set(td_abs)})
+
+    def batch_stats(self, state, info, key):
+        pool = jax.random.randint(key, (_POOL,), 0, jnp.maximum(state.size, 1))
+        return {"top_td_share": top_share(state.data["td"][pool], info.td)}
+
+    def buffer_stats(self, state):
+        return {"replay_size": state.size}

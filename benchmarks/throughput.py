@@ -27,6 +27,8 @@ class FiveValueStep:
         self._env = env
 
     def __getattr__(self, name):
+        if name == "_env":  # not set yet (copy/deepcopy build the object without __init__)
+            raise AttributeError(name)
         return getattr(self._env, name)
 
     def step(self, key, state, action, params=None):

@@ -183,6 +183,8 @@ def test_tier_capacities_follow_the_fractions_and_reject_empty_tiers():
         tiered.tier_capacities(50)
     with pytest.raises(ValueError, match="sum to 1"):
         tiered.tier_capacities(1000, (0.1, 0.1, 0.1))
+    with pytest.raises(ValueError, match="leading axis of 4"):
+        tiered.add(new_state(), payload(np.arange(5)), np.ones(4, np.float32))
 
 
 def test_first_batch_sets_thresholds_to_its_quantiles_and_routes_by_them():

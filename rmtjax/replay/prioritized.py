@@ -107,15 +107,19 @@ def sample(
     total = state.tree[1]
     u = (jnp.arange(batch_size) + jax.random.uniform(key, (batch_size,))) / batch_size * total
     node = jnp.ones((batch_size,), jnp.int32)
+    mass = jnp.broadcast_to(total, (batch_size,))  # the sum under `node`
     for _ in range(leaves.bit_length() - 1):
         left, right = state.tree[2 * node], state.tree[2 * node + 1]
         # an empty right subtree is never entered, even when rounding leaves u past the left sum
         go_right = (u >= left) & (right > 0)
         u = jnp.where(go_right, u - left, u)
         node = 2 * node + go_right
+        mass = jnp.where(go_right, right, left)
     slot = (node - leaves).astype(jnp.int32)
     valid = jnp.broadcast_to(total > 0, (batch_size,))
-    probability = jnp.where(valid, state.tree[node] / jnp.where(total > 0, total, 1.0), 0.0)
+    # the leaf's value comes from the descent: reading the tree again here could outlive an
+    # in-place update of it and make XLA copy the whole tree
+    probability = jnp.where(valid, mass / jnp.where(total > 0, total, 1.0), 0.0)
     raw = jnp.where(valid, (state.size * probability) ** (-jnp.asarray(beta, jnp.float32)), 0.0)
     weight = raw / jnp.maximum(raw.max(), 1e-30)
     batch = jax.tree.map(lambda buf: buf[slot], state.data)

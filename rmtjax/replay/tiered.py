@@ -40,7 +40,10 @@ is drawn with probability P(i) = p_t / count_t per draw, and its importance weig
 
 Every operation costs O(batch) (O(batch log batch) for the batch quantiles and duplicate
 resolution), and all of it is jit/vmap-able: the tier sizes are static, everything else is an
-array in the state.
+array in the state. Each phase of an `add` or `update` reads first and then writes each buffer
+once, so XLA updates the buffers in place (inside a jitted loop) instead of copying them. The
+same holds for the caller: use a sampled batch (and its weights) before writing back, as a
+learner does; a read of it kept until after the `update` would force a copy.
 """
 
 from __future__ import annotations
@@ -202,21 +205,21 @@ def route(thresholds: jax.Array, abs_td: jax.Array) -> jax.Array:
 
 
 # --- moving items in and out of tiers --------------------------------------------------------
+#
+# Each phase below reads what it needs and then writes every buffer with one scatter whose
+# operands are those reads. An old version of a buffer read after a write to it would make XLA
+# copy the whole buffer (O(capacity)) to keep both alive; with this ordering it updates in place.
 
 
 def _store(state):
     return (state.data, state.abs_td_error, state.uid)
 
 
-def _with_store(state, store, start, count):
-    data, abs_td, uid = store
-    return state.replace(data=data, abs_td_error=abs_td, uid=uid, start=start, count=count)
+def _plan_insert(state: TieredState, tier: int, items, mask: jax.Array):
+    """Where the masked items (oldest first) go when appended to `tier`, and who gets evicted.
 
-
-def _insert(state: TieredState, tier: int, items, mask: jax.Array):
-    """Append the masked items (oldest first) to `tier`, evicting its oldest ones if it overflows.
-
-    Returns the new state and the evicted items (up to L of them, oldest first) with their mask.
+    Returns (rows[L], incoming[L]) to write (a row past the end is not written), the evicted
+    items (oldest first, read from `state`) with their mask, and the tier's new start and count.
     """
     cap, off, total = state.tier_capacity[tier], state.tier_offset[tier], state.capacity
     length = mask.shape[0]
@@ -231,47 +234,83 @@ def _insert(state: TieredState, tier: int, items, mask: jax.Array):
     old = _gather(_store(state), off + (s + r) % cap)
     evicted = _select(r < n, old, _gather(incoming, jnp.clip(r - n, 0, length - 1)))
     keep = (r < m) & (r >= evict - n)
-    store = _scatter(_store(state), jnp.where(keep, off + (s + n + r) % cap, total), incoming)
-    start = state.start.at[tier].set((s + evict) % cap)
-    count = state.count.at[tier].set(n + m - evict)
-    return _with_store(state, store, start, count), evicted, r < evict
+    rows = jnp.where(keep, off + (s + n + r) % cap, total)
+    return (rows, incoming), (evicted, r < evict), ((s + evict) % cap, n + m - evict)
 
 
 def _cascade(state: TieredState, items, tier: jax.Array, mask: jax.Array) -> TieredState:
-    """Insert items into their tiers; hot's evictions go to warm, warm's to cold, cold's are dropped."""
+    """Insert items into their tiers; hot's evictions go to warm, warm's to cold, cold's are dropped.
+
+    The tiers own disjoint rows, so every tier's reads can come from the incoming state and all
+    the writes go in one scatter.
+    """
     carried, carried_mask = None, None
+    rows, values, start, count = [], [], state.start, state.count
     for t in range(NUM_TIERS):
         mine = mask & (tier == t)
         if carried is None:
             cand, cand_mask = items, mine
         else:
             cand, cand_mask = _concat(carried, items), jnp.concatenate([carried_mask, mine])
-        state, carried, carried_mask = _insert(state, t, cand, cand_mask)
-    return state
+        (r, v), (carried, carried_mask), (s, n) = _plan_insert(state, t, cand, cand_mask)
+        rows.append(r)
+        values.append(v)
+        start, count = start.at[t].set(s), count.at[t].set(n)
+    values = jax.tree.map(lambda *v: jnp.concatenate(v), *values)
+    data, abs_td, uid = _scatter(_store(state), jnp.concatenate(rows), values)
+    return state.replace(data=data, abs_td_error=abs_td, uid=uid, start=start, count=count)
 
 
-def _remove(state: TieredState, tier: int, slots: jax.Array, mask: jax.Array) -> TieredState:
-    """Take the masked items (distinct live slots of `tier`) out, keeping the tier contiguous."""
+def _plan_remove(state: TieredState, tier: int, slots: jax.Array, mask: jax.Array):
+    """How the masked items (distinct live slots of `tier`) leave it, keeping the tier contiguous.
+
+    The run gives up its k oldest positions. The i-th surviving item among them (a filler) and
+    the i-th departing item outside them (a hole, in batch order) swap rows: the filler keeps
+    its place in the run, the departing item lands on a row that is no longer live. Returns the
+    writes per buffer (rows, values), each departing item's row after the swap, and the tier's
+    new start and count.
+    """
     cap, off, total = state.tier_capacity[tier], state.tier_offset[tier], state.capacity
     b = mask.shape[0]
     j = jnp.arange(b)
     s, n = state.start[tier], state.count[tier]
     k = mask.sum(dtype=jnp.int32)
+    in_run = (slots - s) % cap
+    head_leaves = jnp.zeros((b,), bool).at[jnp.where(mask & (in_run < k), in_run, b)].set(True, mode="drop")
+    head = off + (s + j) % cap  # the k oldest positions
+    filler = (j < k) & ~head_leaves
+    hole = mask & (in_run >= k)
+    hole_rank, filler_rank = jnp.cumsum(hole) - 1, jnp.cumsum(filler) - 1
+    hole_row = jnp.zeros((b,), jnp.int32).at[jnp.where(hole, hole_rank, b)].set(off + slots, mode="drop")
+    filler_row = jnp.zeros((b,), jnp.int32).at[jnp.where(filler, filler_rank, b)].set(head, mode="drop")
+    filler_to = jnp.where(filler, hole_row[jnp.clip(filler_rank, 0, b - 1)], total)
+    leaver_to = jnp.where(hole, filler_row[jnp.clip(hole_rank, 0, b - 1)], total)
+    leaver_row = jnp.where(hole, leaver_to, off + slots)
     data, abs_td, uid = _store(state)
-    uid = uid.at[jnp.where(mask, off + slots, total)].set(-1, mode="drop")
-    head = off + (s + j) % cap  # the k oldest positions, which the run gives up
-    filler = (j < k) & (uid[head] >= 0)
-    hole = mask & ((slots - s) % cap >= k)
-    # the i-th surviving head item fills the i-th hole (holes in batch order)
-    hole_rank = jnp.where(hole, jnp.cumsum(hole) - 1, b)
-    hole_by_rank = jnp.zeros((b,), jnp.int32).at[hole_rank].set(off + slots, mode="drop")
-    dest = jnp.where(filler, hole_by_rank[jnp.clip(jnp.cumsum(filler) - 1, 0, b - 1)], total)
-    store = (data, abs_td, uid)
-    data, abs_td, uid = _scatter(store, dest, _gather(store, head))
-    uid = uid.at[jnp.where(j < k, head, total)].set(-1, mode="drop")
-    start = state.start.at[tier].set((s + k) % cap)
-    count = state.count.at[tier].set(n - k)
-    return _with_store(state, (data, abs_td, uid), start, count)
+    vacated = jnp.where(j < k, head, total)
+    writes = (
+        (jnp.concatenate([filler_to, leaver_to]), _concat(_gather(data, head), _gather(data, off + slots))),
+        (filler_to, abs_td[head]),
+        (jnp.concatenate([filler_to, vacated]), jnp.concatenate([uid[head], jnp.full((b,), -1, jnp.int32)])),
+    )
+    return writes, leaver_row, ((s + k) % cap, n - k)
+
+
+def _remove(state: TieredState, tier: jax.Array, slots: jax.Array, mask: jax.Array):
+    """Take the masked items out of their tiers (tier[B]); returns the state and their rows now."""
+    plans = [_plan_remove(state, t, slots, mask & (tier == t)) for t in range(NUM_TIERS)]
+    buffers = []
+    for i, buf in enumerate(_store(state)):
+        rows = jnp.concatenate([p[0][i][0] for p in plans])
+        values = jax.tree.map(lambda *v: jnp.concatenate(v), *[p[0][i][1] for p in plans])
+        buffers.append(_scatter(buf, rows, values))
+    leaver_row = plans[0][1]
+    for t in range(1, NUM_TIERS):
+        leaver_row = jnp.where(tier == t, plans[t][1], leaver_row)
+    start = jnp.stack([p[2][0] for p in plans]).astype(jnp.int32)
+    count = jnp.stack([p[2][1] for p in plans]).astype(jnp.int32)
+    data, abs_td, uid = buffers
+    return state.replace(data=data, abs_td_error=abs_td, uid=uid, start=start, count=count), leaver_row
 
 
 # --- public API --------------------------------------------------------------------------------
@@ -286,7 +325,7 @@ def add(state: TieredState, batch: Any, td_error: jax.Array) -> TieredState:
     b = td_error.shape[0]
     leading = {jnp.shape(x)[0] for x in jax.tree.leaves(batch)}
     if leading != {b}:
-        raise ValueError(f"every field of the batch needs a leading axis of {b} (td_error's length), got {leading}")
+        raise ValueError(f"every field of the batch needs a leading axis of {b} (as td_error), got {leading}")
     abs_td = jnp.abs(td_error).astype(jnp.float32)
     state = _track(state, abs_td, jnp.ones((b,), jnp.float32))
     uid = (state.next_uid + jnp.arange(b, dtype=jnp.int32)) & _UID_BITS
@@ -356,10 +395,8 @@ def update(state: TieredState, info: SampleInfo, td_error: jax.Array) -> TieredS
     stay = winner & (new_tier == info.tier)
     move = winner & (new_tier != info.tier)
     kept_td = state.abs_td_error.at[jnp.where(stay, row, total)].set(abs_td, mode="drop")
-    state = state.replace(abs_td_error=kept_td)
-    movers = (_gather(state.data, row), abs_td, info.uid)
-    for t in range(NUM_TIERS):
-        state = _remove(state, t, info.slot, move & (info.tier == t))
+    state, moved_row = _remove(state.replace(abs_td_error=kept_td), info.tier, info.slot, move)
+    movers = (_gather(state.data, moved_row), abs_td, info.uid)
     return _cascade(state, movers, new_tier, move)
 
 

@@ -326,9 +326,10 @@ class RMT(Agent):
             else:
                 target_params = jax.tree.map(lambda t, p: jnp.where(grad_steps % c.target_update_every == 0, p, t),
                                              target_params, params)
-            replay = self.replay.update(replay, info, jnp.abs(td))
             stats = {"loss": loss, "grad_norm": optax.tree.norm(grads), "td_abs": jnp.abs(td).mean(),
                      "q_mean": self._q_of(self.q_values(params, batch["obs"]), batch["action"]).mean()}
+            # the write-back comes last: reading the batch after it would make XLA copy the buffer
+            replay = self.replay.update(replay, info, jnp.abs(td))
             return (params, target_params, opt_state, replay, grad_steps), (stats, info)
 
         def learn(args):

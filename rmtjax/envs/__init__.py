@@ -20,8 +20,8 @@ import importlib
 
 from rmtjax.envs.vec import EnvSpec, VecEnv, VecEnvState, episode_metrics, final_return
 
-__all__ = ["EnvSpec", "VecEnv", "VecEnvState", "adapter_prefixes", "available_envs", "check_env_id",
-           "episode_metrics", "final_return", "make_env", "split_id"]
+__all__ = ["Adapter", "EnvSpec", "VecEnv", "VecEnvState", "adapter_prefixes", "available_envs", "check_env_id",
+           "episode_metrics", "final_return", "is_host_env", "make_env", "split_id"]
 
 # Ids that gymnax registers but that need a data download at construction; not offered here.
 _NEEDS_DOWNLOAD = {"MNISTBandit-bsuite"}

@@ -117,9 +117,9 @@ def test_stepping_a_stale_state_raises():
         jax.block_until_ready(step(jax.random.key(1), s0, action))
 
 
-def test_seeds_fold_into_one_host_env_stepped_once_per_step():
+def test_nested_vmaps_fold_into_one_host_env_stepped_once_per_step():
     env = make_env(EnvConfig(id="gymnasium:CartPole-v1", num_envs=2))
-    keys = jax.random.split(jax.random.key(4), 2)
+    keys = jax.random.split(jax.random.key(4), 6).reshape(3, 2)  # e.g. 3 hyperparameters × 2 seeds
 
     @jax.jit
     def run(keys):
@@ -134,15 +134,16 @@ def test_seeds_fold_into_one_host_env_stepped_once_per_step():
 
             return jax.lax.scan(body, state, jax.random.split(jax.random.key(9), 30))
 
-        return jax.vmap(one_seed)(keys)
+        return jax.vmap(jax.vmap(one_seed))(keys)
 
     state, obs = run(keys)
     host = env.env
-    assert host._size == 4 and host._steps == 30  # one host env of seeds × envs, one call per step
-    # seed 0 alone sees exactly what it saw beside seed 1
-    _, traj, _ = rollout(env, 30, keys[0], action_key=jax.random.key(9))
-    np.testing.assert_allclose(obs[0], traj["next_obs"], rtol=1e-6)
-    assert not np.allclose(obs[0], obs[1])
+    assert host._size == 3 * 2 * 2 and host._steps == 30  # one host env for all, one call per step
+    assert obs.shape == (3, 2, 30, 2, 4)
+    # one batch alone sees exactly what it saw beside the others
+    _, traj, _ = rollout(env, 30, keys[1, 0], action_key=jax.random.key(9))
+    np.testing.assert_allclose(obs[1, 0], traj["next_obs"], rtol=1e-6)
+    assert not np.allclose(obs[1, 0], obs[1, 1])
 
 
 def test_ppo_trains_through_the_adapter_with_two_seeds():

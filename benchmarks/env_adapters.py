@@ -39,6 +39,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "env_adapters.md"))
     args = p.parse_args(argv)
 
+    load_before = os.getloadavg()[0]
     rows = []
     for n in args.num_envs:
         native, host = (measure(e, n, args.total_steps) for e in PAIRS)
@@ -48,7 +49,8 @@ def main(argv=None) -> int:
             print(f"{r['env']:<24} num_envs={n:<3} {r['sps']:>10,.0f} env-steps/s  "
                   f"(run {r['run_s']:.1f}s, compile {r['compile_s']:.1f}s)  native/this = {r['ratio']:.1f}x")
 
-    machine = (f"{platform.machine()}, {os.cpu_count()} CPU cores, jax {jax.__version__} on "
+    machine = (f"{platform.machine()}, {os.cpu_count()} CPU cores (1-min load average {load_before:.1f} before, "
+               f"{os.getloadavg()[0]:.1f} after: other work shared the cores), jax {jax.__version__} on "
                f"{jax.devices()[0].platform}, Python {platform.python_version()}")
     lines = [
         "# PPO throughput: native gymnax env vs the same env on the host (gymnasium adapter)",

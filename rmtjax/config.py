@@ -141,9 +141,15 @@ class EnvConfig(Section):
     """The environment and the wrappers around it (all pure JAX, vectorised over `num_envs`)."""
 
     _section = "env"
-    id: str = param("CartPole-v1", doc="environment id, e.g. a gymnax id such as CartPole-v1")
+    id: str = param("CartPole-v1", doc="environment id: a gymnax id such as CartPole-v1, or prefix:name for "
+                                        "another suite, e.g. gymnasium:LunarLander-v3 or brax:ant")
     num_envs: int = param(4, lo=1, doc="environments stepped in parallel per seed")
-    params: dict = param({}, doc="overrides of the environment's own parameters (gymnax EnvParams)")
+    params: dict = param({}, doc="the environment's own parameters: gymnax EnvParams overrides; for "
+                                 "gymnasium: ids, keyword arguments of gymnasium.make; for brax: ids, "
+                                 "max_steps_in_episode and keyword arguments of brax.envs.get_environment")
+    host_vectorization: str = param("sync", choices=("sync", "async"),
+                                    doc="gymnasium: ids only: step the host envs in this process (sync) or "
+                                        "in worker processes (async)")
     normalize_obs: bool = param(False, doc="normalise observations by running mean/variance")
     obs_norm_window: int = param(0, lo=0, doc="0: statistics over the whole run; N: over the last N steps")
     normalize_reward: bool = param(False, doc="divide rewards by the std of the discounted return")
@@ -153,12 +159,12 @@ class EnvConfig(Section):
     frame_stack: int = param(1, lo=1, hi=64, doc="number of most recent observations stacked")
 
     def validate(self):
-        from rmtjax.envs import available_envs
+        from rmtjax.envs import check_env_id, is_host_env
 
-        ids = available_envs()
-        if self.id not in ids:
-            raise ConfigError(f"env.id: unknown environment {self.id!r}.{_close(self.id, ids)} "
-                              f"Available: {', '.join(ids)}")
+        check_env_id(self.id)
+        if self.host_vectorization != "sync" and not is_host_env(self.id):
+            raise ConfigError(f"env.host_vectorization: {self.host_vectorization!r} applies only to environments "
+                              f"run on the host (gymnasium:<id>); {self.id!r} runs in JAX. Leave it at 'sync'.")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,36 +1,141 @@
 """Environments: `make_env(env_cfg)` builds a wrapped, vectorised environment from an id.
 
-Every gymnax id is available (`available_envs()`); other suites register adapters in
-`_ADAPTERS` by a prefix such as `gymnasium:` or `brax:`.
+An id without a prefix is a gymnax id (`CartPole-v1`, `Breakout-MinAtar`, ...). An id
+`<prefix>:<name>` goes to the adapter registered for that prefix in `_ADAPTERS`:
+
+| prefix       | runs                          | needs                                  |
+|--------------|-------------------------------|----------------------------------------|
+| `gymnasium:` | on the host, via a callback   | gymnasium (installed with rmtjax); Box2D envs: `rmtjax[box2d]` |
+| `brax:`      | in JAX, vmapped like gymnax   | `rmtjax[brax]`                         |
+
+An adapter is a module with `has(name) -> bool`, `names() -> list[str]` and
+`make(name, env_cfg) -> VecEnv`; its package is imported only when an id with its prefix is
+used, so a missing optional extra costs nothing until then.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 
 from rmtjax.envs.vec import EnvSpec, VecEnv, VecEnvState, episode_metrics, final_return
 
-__all__ = ["EnvSpec", "VecEnv", "VecEnvState", "available_envs", "episode_metrics", "final_return", "make_env"]
+__all__ = ["Adapter", "EnvSpec", "VecEnv", "VecEnvState", "adapter_prefixes", "available_envs", "check_env_id",
+           "episode_metrics", "final_return", "is_host_env", "make_env", "split_id"]
 
 # Ids that gymnax registers but that need a data download at construction; not offered here.
 _NEEDS_DOWNLOAD = {"MNISTBandit-bsuite"}
 
 
-def available_envs() -> list[str]:
+@dataclasses.dataclass(frozen=True)
+class Adapter:
+    """Where the ids of one prefix come from."""
+
+    module: str  # the rmtjax module implementing has/names/make
+    package: str  # the import name of the package it needs
+    install: str  # what a user runs to get that package
+    runs_on_host: bool  # True: stepped through a host callback, not pure JAX
+
+
+_ADAPTERS = {
+    "gymnasium": Adapter("rmtjax.envs.gymnasium_env", "gymnasium", "pip install 'gymnasium>=1.1'", True),
+    "brax": Adapter("rmtjax.envs.brax_env", "brax", "pip install 'rmtjax[brax]'", False),
+}
+
+
+def adapter_prefixes() -> list[str]:
+    return sorted(_ADAPTERS)
+
+
+def split_id(env_id: str) -> tuple[str | None, str]:
+    """`"brax:ant"` -> `("brax", "ant")`; a gymnax id -> `(None, id)`. Only the first colon
+    splits, so `gymnasium:ale_py:ALE/Pong-v5` keeps gymnasium's own `module:EnvId` form."""
+    prefix, sep, name = env_id.partition(":")
+    return (prefix, name) if sep else (None, env_id)
+
+
+def _gymnax_ids() -> list[str]:
     import gymnax
 
     return [e for e in gymnax.registered_envs if e not in _NEEDS_DOWNLOAD]
 
 
-def make_env(env_cfg) -> VecEnv:
-    """A `VecEnv` for `env_cfg` (an `EnvConfig`), with `env_cfg.params` applied to the
-    environment's default parameters."""
-    import gymnax
-
+def _adapter_module(prefix: str, env_id: str):
+    """The adapter's module, or a ConfigError saying what to install."""
     from rmtjax.config import ConfigError, _close
 
-    if env_cfg.id not in available_envs():
-        raise ConfigError(f"env.id: unknown environment {env_cfg.id!r}.{_close(env_cfg.id, available_envs())}")
+    if prefix not in _ADAPTERS:
+        raise ConfigError(f"env.id: {env_id!r} has an unknown prefix {prefix!r}.{_close(prefix, _ADAPTERS)} "
+                          f"Prefixes: {', '.join(adapter_prefixes())}; an id without a prefix is a gymnax id.")
+    adapter = _ADAPTERS[prefix]
+    try:
+        importlib.import_module(adapter.package)
+    except ImportError as e:
+        raise ConfigError(f"env.id: {env_id!r} needs the {adapter.package} package, which does not import "
+                          f"({e}); install it with: {adapter.install}") from None
+    return importlib.import_module(adapter.module)
+
+
+def check_env_id(env_id: str) -> None:
+    """Raise a `ConfigError` unless `env_id` names an environment that can be built here."""
+    from rmtjax.config import ConfigError, _close
+
+    prefix, name = split_id(env_id)
+    if prefix is None:
+        ids = _gymnax_ids()
+        if env_id in ids:
+            return
+        hint = ""
+        try:  # an id that only gymnasium has, given without its prefix
+            from rmtjax.envs import gymnasium_env
+
+            if gymnasium_env.has(env_id):
+                hint = f" gymnasium has it: use 'gymnasium:{env_id}'."
+        except ImportError:
+            pass
+        raise ConfigError(f"env.id: unknown environment {env_id!r}.{hint or _close(env_id, ids)} "
+                          f"Available: {', '.join(ids)}; other suites by prefix: "
+                          f"{', '.join(p + ':<name>' for p in adapter_prefixes())}")
+    module = _adapter_module(prefix, env_id)
+    if not module.has(name):
+        known = module.names()
+        raise ConfigError(f"env.id: {prefix} has no environment {name!r}."
+                          f"{_close(name, known)}")
+
+
+def is_host_env(env_id: str) -> bool:
+    """True when `env_id` runs on the host (through a callback) rather than in JAX."""
+    prefix, _ = split_id(env_id)
+    return prefix is not None and prefix in _ADAPTERS and _ADAPTERS[prefix].runs_on_host
+
+
+def available_envs(adapters: bool = True) -> list[str]:
+    """Every gymnax id, then (with `adapters`) the prefixed ids of each adapter whose package
+    is installed. Importing an adapter's package can be slow (brax: seconds)."""
+    ids = _gymnax_ids()
+    if adapters:
+        for prefix, adapter in sorted(_ADAPTERS.items()):
+            try:
+                importlib.import_module(adapter.package)
+            except ImportError:
+                continue
+            ids += [f"{prefix}:{n}" for n in importlib.import_module(adapter.module).names()]
+    return ids
+
+
+def make_env(env_cfg) -> VecEnv:
+    """A `VecEnv` for `env_cfg` (an `EnvConfig`). For gymnax ids, `env_cfg.params` overrides
+    fields of the environment's default parameters; for prefixed ids, the adapter says what
+    they mean."""
+    from rmtjax.config import ConfigError, _close
+
+    check_env_id(env_cfg.id)
+    prefix, name = split_id(env_cfg.id)
+    if prefix is not None:
+        return _adapter_module(prefix, env_cfg.id).make(name, env_cfg)
+
+    import gymnax
+
     env, params = gymnax.make(env_cfg.id)
     if env_cfg.params:
         names = {f.name for f in dataclasses.fields(params)}

@@ -2,8 +2,8 @@
 
 The wrappers run in this order on every step:
 
-1. the environment itself (gymnax; auto-resets a finished episode and reports `terminated`
-   and `truncated` apart, with the pre-reset observation),
+1. the environment itself (gymnax, or an adapter from `rmtjax.envs`; auto-resets a finished
+   episode and reports `terminated` and `truncated` apart, with the pre-reset observation),
 2. episode statistics on the *raw* rewards (return, length, last completed episode),
 3. frame stacking (the last `frame_stack` observations concatenated on the last axis),
 4. observation normalisation (running or sliding-window mean/variance shared by the batch),
@@ -12,6 +12,11 @@ The wrappers run in this order on every step:
 `step` returns `info["final_obs"]`: the observation that ended the step *before* any reset,
 passed through the same stacking and normalisation, so an agent can bootstrap through a
 time-limit truncation. Agents must never bootstrap through `terminated`.
+
+The environment is either a single functional env with gymnax's interface (`reset(key,
+params)`, `step(key, state, action, params)`, `action_space(params)`), which `VecEnv` vmaps
+over `num_envs`, or a *batched* one (`env.batched = True`, e.g. a host env) whose `reset` and
+`step` already take and return the whole `[num_envs]` batch, with one key for the batch.
 """
 
 from __future__ import annotations
@@ -122,23 +127,38 @@ class VecEnv:
         self.default_params = env_params
         self.cfg = env_cfg
         self.num_envs = env_cfg.num_envs
+        self.batched = bool(getattr(env, "batched", False))
         action_space = action_space if action_space is not None else env.action_space(env_params)
         self.discrete = hasattr(action_space, "n")
-        raw = jax.eval_shape(lambda k: env.reset(k, env_params)[0], jax.random.key(0))
-        self.raw_obs_shape = tuple(raw.shape)
+        raw = jax.eval_shape(lambda k: self._env_reset(k, env_params)[0], jax.random.key(0))
+        self.raw_obs_shape = tuple(raw.shape[1:])
         self.raw_obs_dtype = raw.dtype
+        max_steps = _max_steps(env_params)
+        if max_steps is None:
+            max_steps = getattr(env, "max_episode_steps", None)
         k = env_cfg.frame_stack
         obs_shape = self.raw_obs_shape[:-1] + (self.raw_obs_shape[-1] * k,) if self.raw_obs_shape else (k,)
         if self.discrete:
             self.spec = EnvSpec(obs_shape, jnp.float32 if env_cfg.normalize_obs else raw.dtype, True,
-                                int(action_space.n), (), None, None, _max_steps(env_params))
+                                int(action_space.n), (), None, None, max_steps)
         else:
             low = np.broadcast_to(np.asarray(action_space.low, np.float32), action_space.shape)
             high = np.broadcast_to(np.asarray(action_space.high, np.float32), action_space.shape)
             self.spec = EnvSpec(obs_shape, jnp.float32 if env_cfg.normalize_obs else raw.dtype, False, 0,
-                                tuple(action_space.shape), low, high, _max_steps(env_params))
+                                tuple(action_space.shape), low, high, max_steps)
 
     # -- the pieces ---------------------------------------------------------------------
+    def _env_reset(self, key, params):
+        if self.batched:
+            return self.env.reset(key, params)
+        return jax.vmap(self.env.reset, in_axes=(0, None))(jax.random.split(key, self.num_envs), params)
+
+    def _env_step(self, key, inner, action, params):
+        if self.batched:
+            return self.env.step(key, inner, action, params)
+        keys = jax.random.split(key, self.num_envs)
+        return jax.vmap(self.env.step, in_axes=(0, 0, 0, None))(keys, inner, action, params)
+
     def _stack_reset(self, obs):
         if self.cfg.frame_stack == 1:
             return None
@@ -160,8 +180,7 @@ class VecEnv:
     def reset(self, key: jax.Array, params=None):
         """-> (obs [N, *obs_shape], state)."""
         params = self.default_params if params is None else params
-        keys = jax.random.split(key, self.num_envs)
-        obs, inner = jax.vmap(self.env.reset, in_axes=(0, None))(keys, params)
+        obs, inner = self._env_reset(key, params)
         zeros = jnp.zeros(self.num_envs, jnp.float32)
         izeros = jnp.zeros(self.num_envs, jnp.int32)
         stack = self._stack_reset(obs)
@@ -186,9 +205,7 @@ class VecEnv:
         """
         if not self.discrete:
             action = jnp.clip(action, self.spec.action_low, self.spec.action_high)
-        keys = jax.random.split(key, self.num_envs)
-        obs, inner, reward, terminated, truncated, info = jax.vmap(self.env.step, in_axes=(0, 0, 0, None))(
-            keys, state.inner, action, state.params)
+        obs, inner, reward, terminated, truncated, info = self._env_step(key, state.inner, action, state.params)
         final_raw = info["final_observation"]
         reward = reward.astype(jnp.float32)
         terminated = terminated.astype(bool)

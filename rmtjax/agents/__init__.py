@@ -9,6 +9,7 @@ import importlib
 
 _REGISTRY = {
     "ppo": "rmtjax.agents.ppo:PPO",
+    "sac": "rmtjax.agents.sac:SAC",
 }
 
 

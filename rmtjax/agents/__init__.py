@@ -11,6 +11,7 @@ _REGISTRY = {
     "ppo": "rmtjax.agents.ppo:PPO",
     "rmt": "rmtjax.agents.rmt:RMT",
     "dqn": "rmtjax.agents.dqn:DQN",
+    "sac": "rmtjax.agents.sac:SAC",
 }
 
 

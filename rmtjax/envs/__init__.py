@@ -33,9 +33,39 @@ def make_env(env_cfg) -> VecEnv:
         raise ConfigError(f"env.id: unknown environment {env_cfg.id!r}.{_close(env_cfg.id, available_envs())}")
     env, params = gymnax.make(env_cfg.id)
     if env_cfg.params:
-        names = {f.name for f in dataclasses.fields(params)}
-        for k in env_cfg.params:
-            if k not in names:
-                raise ConfigError(f"env.params.{k}: {env_cfg.id} has no parameter {k!r}.{_close(k, names)}")
-        params = params.replace(**env_cfg.params)
+        params = params.replace(**check_env_params(env_cfg.id, params, env_cfg.params))
     return VecEnv(env, params, env_cfg)
+
+
+def check_env_params(env_id: str, defaults, overrides) -> dict:
+    """`overrides` (name -> value) checked against the environment's default parameters: every
+    name must exist and every value must have the default's kind (bool, integer, number, or a
+    list of the default's length). Returns the values converted to those kinds."""
+    import numpy as np
+
+    from rmtjax.config import ConfigError, _close
+
+    names = {f.name for f in dataclasses.fields(defaults)}
+    out = {}
+    for k, v in overrides.items():
+        if k not in names:
+            raise ConfigError(f"env.params.{k}: {env_id} has no parameter {k!r}.{_close(str(k), names)}")
+        default = getattr(defaults, k)
+        shape = np.shape(default)
+        kind = np.asarray(default).dtype.kind
+        try:
+            arr = np.asarray(v)
+        except Exception:  # ragged lists and the like: not a value of any kind we accept
+            arr = np.asarray(None)
+        if kind in "iu" and arr.dtype.kind == "f" and np.all(np.mod(arr, 1) == 0):
+            arr = arr.astype(np.int64)  # 1e3 and 200.0 are integers written as numbers
+            v = arr.tolist()
+        if arr.shape != shape or arr.dtype.kind not in {"b": "b", "i": "iu", "u": "iu", "f": "iuf"}.get(kind, kind):
+            want = {"b": "true or false", "i": "an integer", "u": "an integer", "f": "a number"}.get(kind, kind)
+            if shape:
+                want = f"a list of {shape[0]} values, each {want}"
+            raise ConfigError(f"env.params.{k}: expected {want} (like the default {np.asarray(default).tolist()!r}), got {v!r}")
+        if kind == "f" and not np.all(np.isfinite(arr)):
+            raise ConfigError(f"env.params.{k}: expected a finite number, got {v!r}")
+        out[k] = type(default)(v) if not shape and isinstance(default, (bool, int, float)) else np.asarray(v, np.asarray(default).dtype)
+    return out

@@ -170,7 +170,8 @@ class EnvConfig(Section):
 
             from rmtjax.envs import check_env_params
 
-            check_env_params(self.id, gymnax.make(self.id)[1], self.params)
+            # stored as checked: 2e2 for an integer parameter becomes 200
+            object.__setattr__(self, "params", check_env_params(self.id, gymnax.make(self.id)[1], self.params))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,6 +26,7 @@ def make_env(env_cfg) -> VecEnv:
     """A `VecEnv` for `env_cfg` (an `EnvConfig`), with `env_cfg.params` applied to the
     environment's default parameters."""
     import gymnax
+    import jax.numpy as jnp
 
     from rmtjax.config import ConfigError, _close
 
@@ -33,14 +34,17 @@ def make_env(env_cfg) -> VecEnv:
         raise ConfigError(f"env.id: unknown environment {env_cfg.id!r}.{_close(env_cfg.id, available_envs())}")
     env, params = gymnax.make(env_cfg.id)
     if env_cfg.params:
-        params = params.replace(**check_env_params(env_cfg.id, params, env_cfg.params))
+        checked = check_env_params(env_cfg.id, params, env_cfg.params)
+        params = params.replace(**{k: jnp.asarray(v, jnp.asarray(getattr(params, k)).dtype) if isinstance(v, list) else v
+                                   for k, v in checked.items()})
     return VecEnv(env, params, env_cfg)
 
 
 def check_env_params(env_id: str, defaults, overrides) -> dict:
     """`overrides` (name -> value) checked against the environment's default parameters: every
     name must exist and every value must have the default's kind (bool, integer, number, or a
-    list of the default's length). Returns the values converted to those kinds."""
+    list of the default's length). Returns the values converted to those kinds (plain Python:
+    bool, int, float, or a list of them)."""
     import numpy as np
 
     from rmtjax.config import ConfigError, _close
@@ -67,5 +71,7 @@ def check_env_params(env_id: str, defaults, overrides) -> dict:
             raise ConfigError(f"env.params.{k}: expected {want} (like the default {np.asarray(default).tolist()!r}), got {v!r}")
         if kind == "f" and not np.all(np.isfinite(arr)):
             raise ConfigError(f"env.params.{k}: expected a finite number, got {v!r}")
-        out[k] = type(default)(v) if not shape and isinstance(default, (bool, int, float)) else np.asarray(v, np.asarray(default).dtype)
+        if kind in "iu" and not np.all((arr >= -(2**31)) & (arr < 2**31)):
+            raise ConfigError(f"env.params.{k}: {v!r} does not fit in a 32-bit integer")
+        out[k] = arr.astype({"b": bool, "i": np.int64, "u": np.int64, "f": np.float64}.get(kind, arr.dtype)).tolist()
     return out

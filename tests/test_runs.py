@@ -282,3 +282,42 @@ def test_tensorboard_without_a_run_directory_is_a_config_error():
     cfg = rmtjax.make_config("ppo", "CartPole-v1", {**OVERRIDES, "train.tensorboard": True})
     with pytest.raises(rmtjax.ConfigError, match="train.tensorboard.*run directory"):
         rmtjax.train(cfg, jax.random.key(0))
+
+
+# -- evaluation -------------------------------------------------------------------------------
+def test_evaluate_plays_each_seeds_greedy_policy_like_a_step_by_step_loop(reference):
+    import dataclasses
+
+    from rmtjax.agents import build_agent
+    from rmtjax.envs import make_env
+
+    ev = rmtjax.evaluate(reference["path"], episodes=3, key=jax.random.key(5))
+    assert ev.returns.shape == ev.lengths.shape == (2, 3) and ev.finished.all()
+
+    # reference model: the same keys, one jitted env step at a time, returns summed from raw rewards
+    cfg, state = reference["config"], reference["result"].state
+    agent, env = build_agent(cfg), make_env(dataclasses.replace(cfg.env, num_envs=3))
+    act = jax.jit(agent.act)
+    step = jax.jit(lambda k, s, a: env.step(k, s, a, frozen=True))
+    for seed, key in enumerate(jax.random.split(jax.random.key(5), 2)):
+        params = jax.tree.map(lambda x: x[seed], state.params)
+        key, k_reset = jax.random.split(key)
+        obs, env_state = env.reset(k_reset)
+        running, first = np.zeros(3), [None] * 3
+        while any(r is None for r in first):
+            key, k_act, k_env = jax.random.split(key, 3)
+            obs, env_state, _, _, _, info = step(k_env, env_state, act(params, obs, k_act))
+            running += np.asarray(info["raw_reward"])
+            for e in np.flatnonzero(np.asarray(info["done"])):
+                first[e] = running[e] if first[e] is None else first[e]
+                running[e] = 0.0
+        np.testing.assert_array_equal(ev.returns[seed], first)
+    assert ev.mean == pytest.approx(np.mean(ev.returns)) and ev.std == pytest.approx(np.std(ev.returns))
+
+
+def test_cli_eval_prints_the_mean_and_std_of_the_saved_policy(reference, capsys):
+    expected = rmtjax.evaluate(reference["result"], episodes=4, key=jax.random.key(0))
+    assert main(["eval", str(reference["path"]), "--episodes", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "4 greedy episode(s) × 2 seed(s)" in out
+    assert f"mean return {expected.mean:.2f} ± std {expected.std:.2f}" in out

@@ -1,9 +1,15 @@
-"""`rmtjax` on the shell: `rmtjax train [CONFIG.yaml] [--algo A] [--env E] [--set key=value ...]`."""
+"""`rmtjax` on the shell.
+
+    rmtjax train [CONFIG.yaml] [--algo A] [--env E] [--set key=value ...] [--run-dir DIR]
+    rmtjax train --resume DIR [--set train.progress=false ...]
+    rmtjax eval DIR [--episodes N] [--seed S]
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 
 DEFAULT_ALGO, DEFAULT_ENV = "ppo", "CartPole-v1"
 
@@ -12,6 +18,11 @@ def _build_config(args):
     from rmtjax.config import load_config, make_config, parse_override
 
     overrides = dict(parse_override(s) for s in args.set or [])
+    if args.resume and not (args.config or args.algo or args.env):
+        # the run's own config, with --set on top (checked against the run's when resuming)
+        from rmtjax.rundir import RunDir
+
+        return RunDir.open(args.resume).config.override(overrides)
     if args.config:
         cfg = load_config(args.config)
         if args.algo or args.env:
@@ -33,12 +44,36 @@ def cmd_train(args) -> int:
     cfg = _build_config(args)
     if args.print_config:
         print(cfg.to_yaml())
-    seed = cfg.train.seed if args.seed is None else args.seed
-    result = train(cfg, jax.random.key(seed), progress=False if args.quiet else None)
+    progress = False if args.quiet else None
+    if args.resume:
+        key = None if args.seed is None else jax.random.key(args.seed)  # None: the run's own key
+        result = train(cfg, key, progress=progress, resume=args.resume)
+    else:
+        seed = cfg.train.seed if args.seed is None else args.seed
+        result = train(cfg, jax.random.key(seed), progress=progress, run_dir=args.run_dir)
     print(result.summary())
     fr = np.array2string(result.final_return, precision=1, separator=", ")
     print(f"final return per seed: {fr}")
+    if result.run_dir is not None:
+        print(f"run directory: {result.run_dir}")
     return 0
+
+
+def cmd_eval(args) -> int:
+    import jax
+
+    from rmtjax.train import evaluate, load_run
+
+    result = load_run(args.run_dir)
+    ev = evaluate(result, episodes=args.episodes, key=jax.random.key(args.seed), max_steps=args.max_steps)
+    print(f"{result.config.algo} on {result.config.env.id} ({args.run_dir}, {result.env_steps:,} env steps per seed): "
+          f"{ev.summary()}")
+    print(f"mean return {ev.mean:.2f} ± std {ev.std:.2f}")
+    return 0
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    print(f"rmtjax: warning: {message}", file=sys.stderr if file is None else file)
 
 
 def main(argv=None) -> int:
@@ -54,13 +89,30 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, help="PRNG seed (default: train.seed)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--print-config", action="store_true", help="print the resolved config first")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--run-dir", metavar="DIR", help="write config, metrics, checkpoints and summary into DIR")
+    where.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last checkpoint")
     p.set_defaults(func=cmd_train)
+    e = sub.add_parser("eval", help="greedy evaluation episodes of a run directory's saved policy")
+    e.add_argument("run_dir", help="a run directory written by rmtjax train --run-dir")
+    e.add_argument("--episodes", type=int, default=10, help="episodes per seed (default 10)")
+    e.add_argument("--seed", type=int, default=0, help="PRNG seed of the evaluation environments (default 0)")
+    e.add_argument("--max-steps", type=int, help="cut episodes off after this many steps (default: the env's limit)")
+    e.set_defaults(func=cmd_eval)
     args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except ConfigError as e:
-        print(f"rmtjax: config error: {e}", file=sys.stderr)
-        return 2
+    from rmtjax.checkpoint import CheckpointError
+    from rmtjax.rundir import RunDirError
+
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        try:
+            return args.func(args)
+        except ConfigError as e:
+            print(f"rmtjax: config error: {e}", file=sys.stderr)
+            return 2
+        except (RunDirError, CheckpointError) as e:
+            print(f"rmtjax: error: {e}", file=sys.stderr)
+            return 2
 
 
 if __name__ == "__main__":

@@ -23,6 +23,10 @@ class ConfigError(ValueError):
     """A configuration value or key a user can fix; the message says how."""
 
 
+# Integers end up in int32 arrays and loop counts inside the compiled program.
+INT_MAX = 2**31 - 1
+
+
 def param(default, *, lo=None, hi=None, lo_open=False, hi_open=False, choices=None, doc=""):
     """A config field with a default, an optional range [lo, hi] (open ends by flag) and choices."""
     meta = {"lo": lo, "hi": hi, "lo_open": lo_open, "hi_open": hi_open, "choices": choices, "doc": doc}
@@ -99,6 +103,8 @@ class Section:
                 if not isinstance(v, (int, float)) or isinstance(v, bool):
                     continue
                 lo, hi = m.get("lo"), m.get("hi")
+                if hi is None and isinstance(v, int):
+                    hi = INT_MAX
                 bad_lo = lo is not None and (v <= lo if m.get("lo_open") else v < lo)
                 bad_hi = hi is not None and (v >= hi if m.get("hi_open") else v > hi)
                 if bad_lo or bad_hi:
@@ -165,6 +171,13 @@ class EnvConfig(Section):
         if self.host_vectorization != "sync" and not is_host_env(self.id):
             raise ConfigError(f"env.host_vectorization: {self.host_vectorization!r} applies only to environments "
                               f"run on the host (gymnasium:<id>); {self.id!r} runs in JAX. Leave it at 'sync'.")
+        if self.params and ":" not in self.id:
+            import gymnax
+
+            from rmtjax.envs import check_env_params
+
+            # stored as checked: 2e2 for an integer parameter becomes 200
+            object.__setattr__(self, "params", check_env_params(self.id, gymnax.make(self.id)[1], self.params))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,6 +190,15 @@ class TrainConfig(Section):
     num_chunks: int = param(10, lo=1, doc="the scan is split into this many compiled chunks")
     progress: bool = param(True, doc="show a progress bar between chunks")
     seed: int = param(0, lo=0, doc="PRNG seed used by the CLI (Python callers pass a key)")
+    checkpoint_every: int = param(1, lo=1, doc="with a run directory: checkpoint every N chunks (and after the last)")
+    keep_checkpoints: int = param(3, lo=1, doc="with a run directory: checkpoints kept; older ones are deleted")
+    tensorboard: bool = param(False, doc="with a run directory: also write TensorBoard events (needs tensorboardX)")
+
+
+# Fields that only say how a run is watched or saved, not what it computes: a run may be
+# resumed with other values for these (every other field must match the run's config.yaml).
+RUN_INDEPENDENT_FIELDS = frozenset({"train.progress", "train.checkpoint_every", "train.keep_checkpoints",
+                                    "train.tensorboard"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,9 +237,9 @@ class Config:
         agent_cls = agent_config_class(algo)
         return cls(
             algo=algo,
-            env=EnvConfig.from_dict(data.get("env") or {}),
-            train=TrainConfig.from_dict(data.get("train") or {}),
-            agent=agent_cls.from_dict(data.get("agent") or {}, path="agent"),
+            env=EnvConfig.from_dict(data.get("env")),
+            train=TrainConfig.from_dict(data.get("train")),
+            agent=agent_cls.from_dict(data.get("agent"), path="agent"),
         )
 
     def to_dict(self) -> dict:
@@ -227,12 +249,29 @@ class Config:
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
+    def differences(self, other: "Config", ignore=()) -> list[tuple[str, Any, Any]]:
+        """`(dotted field, value here, value in other)` for every field that differs, except
+        the dotted names in `ignore`."""
+        a, b = _flatten(self.to_dict()), _flatten(other.to_dict())
+        return [(k, a.get(k, "<unset>"), b.get(k, "<unset>")) for k in sorted(set(a) | set(b))
+                if k not in ignore and a.get(k, "<unset>") != b.get(k, "<unset>")]
+
     def override(self, overrides: Mapping[str, Any] | None) -> "Config":
         """A new config with dotted keys replaced, e.g. `{"agent.lr": 3e-4, "env.num_envs": 8}`."""
         data = self.to_dict()
         for dotted, value in (overrides or {}).items():
             _set_dotted(data, dotted, value)
         return Config.from_dict(data)
+
+
+def _flatten(data: Mapping, prefix: str = "") -> dict:
+    out = {}
+    for k, v in data.items():
+        if isinstance(v, Mapping) and v:
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
 
 
 def _set_dotted(data: dict, dotted: str, value: Any) -> None:
@@ -274,6 +313,8 @@ def make_config(algo: str, env: str = "CartPole-v1", overrides: Mapping[str, Any
     then `overrides` (dotted keys) on top."""
     from rmtjax.agents import agent_config_class
 
+    if not isinstance(algo, str) or not isinstance(env, str):
+        raise ConfigError(f"make_config(algo, env): both are names (strings), got {algo!r} and {env!r}")
     agent_config_class(algo)  # unknown algorithm names fail here, with close matches
     preset = _preset_path(algo, env)
     if preset.exists():
@@ -292,13 +333,17 @@ def load_config(path) -> Config:
     """Read a YAML config file; every problem is reported as a `ConfigError` naming the file."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path} is not a text (UTF-8) file: {e.reason} at byte {e.start}") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise ConfigError(f"{path} is not valid YAML: {e}") from None
+    except RecursionError:
+        raise ConfigError(f"{path} is not a usable config: its YAML is nested too deeply") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a config file must be a mapping with keys algo, env, train, agent")
     return Config.from_dict(data)

@@ -2,22 +2,25 @@
 
 `make_train(config)` gives the whole run as one pure function for users who want to
 `jit`/`vmap` it themselves; `train(config, key)` runs it in `train.num_chunks` compiled
-chunks so that a progress bar can report between them. Both keep only the per-iteration
-scalars an agent returns, so memory is flat however long the run.
+chunks so that a progress bar can report, and a run directory log and checkpoint, between
+them. Both keep only the per-iteration scalars an agent returns, so memory is flat however
+long the run. `load_run` reads a run directory back; `evaluate` plays greedy episodes.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import time
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import jax
 import numpy as np
 
 from rmtjax.agents import build_agent
-from rmtjax.config import Config
+from rmtjax.config import Config, ConfigError
 from rmtjax.envs import final_return
 
 
@@ -35,6 +38,7 @@ class TrainResult:
     final_return: np.ndarray
     compile_seconds: float
     run_seconds: float
+    run_dir: Path | None = None  # where the run was written, if it was
 
     @property
     def env_steps(self) -> int:
@@ -90,12 +94,55 @@ def make_train(config: Config) -> Callable:
     return train_fn
 
 
-def train(config: Config, key: jax.Array, *, hparams: Mapping[str, Any] | None = None,
-          progress: bool | None = None, on_chunk: Callable | None = None) -> TrainResult:
+def train(config: Config | None, key: jax.Array | None = None, *, hparams: Mapping[str, Any] | None = None,
+          progress: bool | None = None, on_chunk: Callable | None = None, run_dir=None,
+          resume=None) -> TrainResult:
     """Train `config.train.num_seeds` seeds side by side from `key`.
 
+    `run_dir`: write the run there (config.yaml, metrics.jsonl/.csv, checkpoints every
+    `train.checkpoint_every` chunks, summary.json; see `rmtjax.rundir`). `resume`: continue
+    the run in that directory from its last usable checkpoint; `config` and `key` may then be
+    None (the run's own are used) and must match the run's if given. A resumed run ends with
+    the same parameters and metrics as one that was never interrupted.
     `on_chunk(state, metrics_so_far, iteration)` is called on the host after every chunk.
     """
+    run = _open_run(config, key, hparams, run_dir, resume)
+    if run is not None:
+        config, key = run.config, run.key
+    try:
+        result = _drive(config, key, hparams, progress, on_chunk, run)
+        if run is not None:
+            run.finish(result)
+            result.run_dir = run.path
+        return result
+    finally:
+        if run is not None:
+            run.close()
+
+
+def _open_run(config, key, hparams, run_dir, resume):
+    if resume is not None:
+        from rmtjax.rundir import RunDir
+
+        if run_dir is not None and Path(run_dir).absolute() != Path(resume).absolute():
+            raise ValueError(f"train(run_dir={run_dir!r}, resume={resume!r}): a resumed run stays in its directory")
+        if hparams is not None:
+            raise ConfigError("hparams: a resumed run goes on with the hyperparameters in its checkpoint; "
+                              "pass hparams to a new run only")
+        return RunDir.resume(resume, config, key)
+    if config is None or key is None:
+        raise TypeError("train(config, key): both are needed unless resume=RUN_DIR is given")
+    if run_dir is not None:
+        from rmtjax.rundir import RunDir
+
+        return RunDir.create(run_dir, config, key)
+    if config.train.tensorboard:
+        raise ConfigError("train.tensorboard: TensorBoard events are written into a run directory; pass "
+                          "run_dir=DIR (rmtjax train --run-dir DIR) or set train.tensorboard: false")
+    return None
+
+
+def _drive(config: Config, key, hparams, progress, on_chunk, run) -> TrainResult:
     agent = build_agent(config)
     n_iter = agent.num_iterations
     n_chunks = min(config.train.num_chunks, n_iter)
@@ -104,19 +151,35 @@ def train(config: Config, key: jax.Array, *, hparams: Mapping[str, Any] | None =
 
     t0 = time.perf_counter()
     keys = jax.random.split(key, config.train.num_seeds)
-    state = jax.jit(jax.vmap(lambda k: agent.init(k, hparams)))(keys)
-    # One compiled chunk serves every chunk: the last, shorter one skips its surplus iterations.
-    chunk = jax.jit(_masked_chunk(agent, chunk_len), donate_argnums=0).lower(state, np.int32(chunk_len)).compile()
+    fresh = state = jax.jit(jax.vmap(lambda k: agent.init(k, hparams)))(keys)
     compile_seconds = time.perf_counter() - t0
+
+    chunks: list[dict] = []  # each chunk's metrics, name -> [length, num_seeds]
+    done = 0
+    if run is not None:
+        # Checkpoints sit at chunk boundaries and the chunk is deterministic, so continuing
+        # from one reproduces the uninterrupted run exactly.
+        snap = run.restore(fresh)
+        if snap is not None:
+            state, done = snap.state, snap.iterations
+            chunks.append(snap.history)
+        run.begin(snap.history if snap is not None else None, done)
+    if done < n_iter:
+        t0 = time.perf_counter()
+        # One compiled chunk serves every chunk: the last, shorter one skips its surplus iterations.
+        # It is always lowered from the fresh state (whose weak types a restored state lacks), so
+        # a resumed run executes the very program the uninterrupted one does.
+        chunk = jax.jit(_masked_chunk(agent, chunk_len), donate_argnums=0).lower(fresh, np.int32(chunk_len)).compile()
+        compile_seconds += time.perf_counter() - t0
+    del fresh
+    start = done
 
     bar = None
     if show:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=n_iter * agent.steps_per_iteration, unit="step", unit_scale=True,
-                   desc=f"{config.algo} {config.env.id}", dynamic_ncols=True)
-    chunks: list[dict] = []
-    done = 0
+        bar = tqdm(total=n_iter * agent.steps_per_iteration, initial=done * agent.steps_per_iteration, unit="step",
+                   unit_scale=True, desc=f"{config.algo} {config.env.id}", dynamic_ncols=True)
     t1 = time.perf_counter()
     while done < n_iter:
         length = min(chunk_len, n_iter - done)
@@ -124,11 +187,13 @@ def train(config: Config, key: jax.Array, *, hparams: Mapping[str, Any] | None =
         metrics = {k: v[:length] for k, v in jax.device_get(metrics).items()}
         chunks.append(metrics)
         done += length
+        if run is not None:
+            run.record(state, chunks, metrics, done, math.ceil(done / chunk_len), final=done >= n_iter)
         if bar is not None:
             seeds = config.train.num_seeds
             elapsed = time.perf_counter() - t1
             bar.update(length * agent.steps_per_iteration)
-            bar.set_postfix(sps=f"{done * agent.steps_per_iteration * seeds / elapsed:,.0f}",
+            bar.set_postfix(sps=f"{(done - start) * agent.steps_per_iteration * seeds / elapsed:,.0f}",
                             ret=f"{float(np.mean(metrics['episode_return'][-1])):.1f}")
         if on_chunk is not None:
             on_chunk(state, chunks, done)
@@ -140,3 +205,102 @@ def train(config: Config, key: jax.Array, *, hparams: Mapping[str, Any] | None =
     stacked = {k: np.concatenate([c[k] for c in chunks], axis=0).T for k in chunks[0]}
     fr = np.asarray(jax.vmap(final_return)(state.env_state))
     return TrainResult(config, state, stacked, fr, compile_seconds, run_seconds)
+
+
+def load_run(run_dir) -> TrainResult:
+    """The state and metrics of the newest usable checkpoint in `run_dir` (the final one for
+    a finished run), as a `TrainResult`. Damaged checkpoints are skipped with a warning;
+    nothing in the directory is changed."""
+    from rmtjax.checkpoint import CheckpointError
+    from rmtjax.rundir import RunDir
+
+    run = RunDir.open(run_dir)
+    config = run.config
+    agent = build_agent(config)
+    like = jax.jit(jax.vmap(lambda k: agent.init(k)))(jax.random.split(run.key, config.train.num_seeds))
+    snap = run.restore(like, set_aside=False)
+    if snap is None:
+        raise CheckpointError(f"{run.path} has no checkpoint yet (the run stopped before its first one)")
+    summary = run.read_summary() or {}
+    metrics = {k: v.T for k, v in snap.history.items()}
+    fr = np.asarray(jax.vmap(final_return)(snap.state.env_state))
+    return TrainResult(config, snap.state, metrics, fr, summary.get("compile_seconds", math.nan),
+                       summary.get("run_seconds", math.nan), run_dir=run.path)
+
+
+@dataclasses.dataclass
+class EvalResult:
+    """Greedy evaluation episodes: `returns` and `lengths` are `[num_seeds, episodes]` (raw
+    return and length of each seed's episodes; an episode cut off by `max_steps` counts with
+    its partial return and `finished` False)."""
+
+    returns: np.ndarray
+    lengths: np.ndarray
+    finished: np.ndarray
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.returns))
+
+    @property
+    def std(self) -> float:
+        return float(np.std(self.returns))
+
+    def summary(self) -> str:
+        seeds, episodes = self.returns.shape
+        per_seed = np.array2string(self.returns.mean(axis=1), precision=1, separator=", ")
+        cut = int((~self.finished).sum())
+        note = f"; {cut} episode(s) cut off at max_steps" if cut else ""
+        return (f"{episodes} greedy episode(s) × {seeds} seed(s): return mean {self.mean:.2f}, std {self.std:.2f}; "
+                f"per seed {per_seed}{note}")
+
+
+def evaluate(source, episodes: int = 10, key: jax.Array | None = None, *, max_steps: int | None = None) -> EvalResult:
+    """Run `episodes` greedy episodes (`agent.act`) per seed of a trained policy on fresh
+    environments of the same config, all in one compiled loop.
+
+    `source` is a run directory or a `TrainResult`. The agent's state must have `params` (what
+    `act` takes) and `env_state` (a `VecEnvState`): its observation-normalisation statistics
+    are used as they are, frozen. `max_steps` bounds each episode (default: the environment's
+    time limit, or 100,000 steps if it has none).
+    """
+    from rmtjax.envs import make_env
+
+    if not isinstance(episodes, int) or isinstance(episodes, bool) or episodes < 1:
+        raise ConfigError(f"episodes: expected an integer ≥ 1, got {episodes!r}")
+    result = load_run(source) if isinstance(source, (str, os.PathLike)) else source
+    config = result.config
+    agent = build_agent(config)
+    env = make_env(dataclasses.replace(config.env, num_envs=episodes))
+    limit = max_steps or env.spec.max_episode_steps or 100_000
+    key = jax.random.key(0) if key is None else key
+
+    def one_seed(params, obs_stats, key):
+        key, k_reset = jax.random.split(key)
+        obs, env_state = env.reset(k_reset, obs_stats=obs_stats)
+        zeros = jax.numpy.zeros(episodes, jax.numpy.float32)
+
+        def running(c):
+            t, *_, finished = c
+            return (t < limit) & ~finished.all()
+
+        def step(c):
+            t, obs, env_state, key, returns, lengths, finished = c
+            key, k_act, k_env = jax.random.split(key, 3)
+            obs, env_state, *_ = env.step(k_env, env_state, agent.act(params, obs, k_act), frozen=True)
+            # each env's first episode counts: its statistics the moment it ends
+            first = (env_state.episodes_done > 0) & ~finished
+            returns = jax.numpy.where(first, env_state.last_return, returns)
+            lengths = jax.numpy.where(first, env_state.last_length, lengths)
+            return t + 1, obs, env_state, key, returns, lengths, finished | first
+
+        init = (0, obs, env_state, key, zeros, zeros.astype(jax.numpy.int32), zeros.astype(bool))
+        _, _, env_state, _, returns, lengths, finished = jax.lax.while_loop(running, step, init)
+        returns = jax.numpy.where(finished, returns, env_state.episode_return)
+        lengths = jax.numpy.where(finished, lengths, env_state.episode_length)
+        return returns, lengths, finished
+
+    state = result.state
+    keys = jax.random.split(key, config.train.num_seeds)
+    out = jax.jit(jax.vmap(one_seed))(state.params, state.env_state.obs_stats, keys)
+    return EvalResult(*(np.asarray(x) for x in jax.device_get(out)))

@@ -95,12 +95,9 @@ def test_missing_file_is_a_config_error(tmp_path):
         load_config(tmp_path / "nope.yaml")
 
 
-def test_unknown_env_param_is_reported_when_env_is_built():
-    from rmtjax.envs import make_env
-
-    cfg = make_config("ppo", "CartPole-v1", {"env.params.gravty": 3.0})
+def test_unknown_env_param_is_reported_when_the_config_is_built():
     with pytest.raises(ConfigError, match=r"env\.params\.gravty.*Did you mean: gravity"):
-        make_env(cfg.env)
+        make_config("ppo", "CartPole-v1", {"env.params.gravty": 3.0})
 
 
 def test_parse_override_reads_yaml_values():

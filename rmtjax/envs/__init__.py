@@ -127,20 +127,54 @@ def make_env(env_cfg) -> VecEnv:
     """A `VecEnv` for `env_cfg` (an `EnvConfig`). For gymnax ids, `env_cfg.params` overrides
     fields of the environment's default parameters; for prefixed ids, the adapter says what
     they mean."""
-    from rmtjax.config import ConfigError, _close
-
     check_env_id(env_cfg.id)
     prefix, name = split_id(env_cfg.id)
     if prefix is not None:
         return _adapter_module(prefix, env_cfg.id).make(name, env_cfg)
 
     import gymnax
+    import jax.numpy as jnp
 
     env, params = gymnax.make(env_cfg.id)
     if env_cfg.params:
-        names = {f.name for f in dataclasses.fields(params)}
-        for k in env_cfg.params:
-            if k not in names:
-                raise ConfigError(f"env.params.{k}: {env_cfg.id} has no parameter {k!r}.{_close(k, names)}")
-        params = params.replace(**env_cfg.params)
+        checked = check_env_params(env_cfg.id, params, env_cfg.params)
+        params = params.replace(**{k: jnp.asarray(v, jnp.asarray(getattr(params, k)).dtype) if isinstance(v, list) else v
+                                   for k, v in checked.items()})
     return VecEnv(env, params, env_cfg)
+
+
+def check_env_params(env_id: str, defaults, overrides) -> dict:
+    """`overrides` (name -> value) checked against the environment's default parameters: every
+    name must exist and every value must have the default's kind (bool, integer, number, or a
+    list of the default's length). Returns the values converted to those kinds (plain Python:
+    bool, int, float, or a list of them)."""
+    import numpy as np
+
+    from rmtjax.config import ConfigError, _close
+
+    names = {f.name for f in dataclasses.fields(defaults)}
+    out = {}
+    for k, v in overrides.items():
+        if k not in names:
+            raise ConfigError(f"env.params.{k}: {env_id} has no parameter {k!r}.{_close(str(k), names)}")
+        default = getattr(defaults, k)
+        shape = np.shape(default)
+        kind = np.asarray(default).dtype.kind
+        try:
+            arr = np.asarray(v)
+        except Exception:  # ragged lists and the like: not a value of any kind we accept
+            arr = np.asarray(None)
+        if kind in "iu" and arr.dtype.kind == "f" and np.all(np.mod(arr, 1) == 0):
+            arr = arr.astype(np.int64)  # 1e3 and 200.0 are integers written as numbers
+            v = arr.tolist()
+        if arr.shape != shape or arr.dtype.kind not in {"b": "b", "i": "iu", "u": "iu", "f": "iuf"}.get(kind, kind):
+            want = {"b": "true or false", "i": "an integer", "u": "an integer", "f": "a number"}.get(kind, kind)
+            if shape:
+                want = f"a list of {shape[0]} values, each {want}"
+            raise ConfigError(f"env.params.{k}: expected {want} (like the default {np.asarray(default).tolist()!r}), got {v!r}")
+        if kind == "f" and not np.all(np.isfinite(arr)):
+            raise ConfigError(f"env.params.{k}: expected a finite number, got {v!r}")
+        if kind in "iu" and not np.all((arr >= -(2**31)) & (arr < 2**31)):
+            raise ConfigError(f"env.params.{k}: {v!r} does not fit in a 32-bit integer")
+        out[k] = arr.astype({"b": bool, "i": np.int64, "u": np.int64, "f": np.float64}.get(kind, arr.dtype)).tolist()
+    return out

@@ -177,16 +177,21 @@ class VecEnv:
         return jnp.clip((obs.astype(jnp.float32) - mean) / jnp.sqrt(var + 1e-8), -OBS_CLIP, OBS_CLIP)
 
     # -- the interface ------------------------------------------------------------------
-    def reset(self, key: jax.Array, params=None):
-        """-> (obs [N, *obs_shape], state)."""
+    def reset(self, key: jax.Array, params=None, *, obs_stats=None):
+        """-> (obs [N, *obs_shape], state).
+
+        `obs_stats`: normalise with these statistics (e.g. a trained agent's, for evaluation)
+        instead of starting new ones; pair it with `step(..., frozen=True)`.
+        """
         params = self.default_params if params is None else params
         obs, inner = self._env_reset(key, params)
         zeros = jnp.zeros(self.num_envs, jnp.float32)
         izeros = jnp.zeros(self.num_envs, jnp.int32)
         stack = self._stack_reset(obs)
         view = obs if stack is None else stack
-        obs_stats = None
-        if self.cfg.normalize_obs:
+        if not self.cfg.normalize_obs:
+            obs_stats = None
+        elif obs_stats is None:
             shape = view.shape[1:]
             w = self.cfg.obs_norm_window
             obs_stats = (WindowStats.create(shape, w) if w > 0 else RunningStats.create(shape)).update(view)
@@ -198,10 +203,12 @@ class VecEnv:
         )
         return self._normalise(obs_stats, view), state
 
-    def step(self, key: jax.Array, state: VecEnvState, action: jax.Array):
+    def step(self, key: jax.Array, state: VecEnvState, action: jax.Array, *, frozen: bool = False):
         """-> (obs, state, reward, terminated, truncated, info); arrays are batched [N].
 
         `info` holds `final_obs` (pre-reset, wrapped like `obs`), `raw_reward` and `done`.
+        `frozen=True` leaves the observation and reward normalisation statistics as they are
+        (evaluation of a trained agent sees its training statistics, unchanged).
         """
         if not self.discrete:
             action = jnp.clip(action, self.spec.action_low, self.spec.action_high)
@@ -230,7 +237,9 @@ class VecEnv:
             stack = jnp.where(mask, fresh, self._stack_push(state.stack, obs))
             view = stack
 
-        obs_stats = state.obs_stats.update(view) if state.obs_stats is not None else None
+        obs_stats = state.obs_stats
+        if obs_stats is not None and not frozen:
+            obs_stats = obs_stats.update(view)
         out_obs = self._normalise(obs_stats, view)
         out_final = self._normalise(obs_stats, final_view)
 
@@ -239,7 +248,8 @@ class VecEnv:
         return_stats, disc = state.return_stats, state.discounted_return
         if return_stats is not None:
             disc = disc * self.cfg.reward_gamma + reward
-            return_stats = return_stats.update(disc)
+            if not frozen:
+                return_stats = return_stats.update(disc)
             reward = reward / jnp.sqrt(return_stats.var + 1e-8)
             disc = jnp.where(done, 0.0, disc)
         reward = reward * self.cfg.reward_scale

@@ -155,3 +155,24 @@ def test_episode_metrics_count_and_mean():
     m = episode_metrics(s0, s1)
     assert int(m["episode_count"]) == int(s1.episodes_done.sum())
     assert float(m["episode_return"]) == pytest.approx(float(s1.last_return.mean()))
+
+
+def test_evaluation_normalises_with_given_statistics_and_keeps_them_frozen():
+    from rmtjax.envs.vec import OBS_CLIP, RunningStats
+
+    cfg = EnvConfig(id="CartPole-v1", num_envs=3, normalize_obs=True)
+    env, raw_env = make_env(cfg), make_env(EnvConfig(id="CartPole-v1", num_envs=3))
+    trained = RunningStats(jnp.float32(1000.0), jnp.array([0.5, 0.0, 0.0, 1.0]), jnp.array([4.0, 1.0, 0.25, 1.0]))
+    expect = lambda raw: np.clip((raw - trained.mean) / np.sqrt(trained.var + 1e-8), -OBS_CLIP, OBS_CLIP)
+
+    obs, state = env.reset(jax.random.key(0), obs_stats=trained)
+    raw, raw_state = raw_env.reset(jax.random.key(0))
+    np.testing.assert_allclose(obs, expect(raw), rtol=1e-6)
+    action = jnp.array([0, 1, 1])
+    obs, frozen, *_ = env.step(jax.random.key(1), state, action, frozen=True)
+    raw, *_ = raw_env.step(jax.random.key(1), raw_state, action)
+    np.testing.assert_allclose(obs, expect(raw), rtol=1e-6)
+    for a, b in zip(jax.tree.leaves(frozen.obs_stats), jax.tree.leaves(trained)):
+        np.testing.assert_array_equal(a, b)
+    _, learning, *_ = env.step(jax.random.key(1), state, action)
+    assert float(learning.obs_stats.count) == 1003.0  # without frozen the statistics move on

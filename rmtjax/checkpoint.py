@@ -1,0 +1,187 @@
+"""Checkpoints of a run: the full typed state, the metrics so far and the driver's count of
+iterations, saved with orbax at chunk boundaries and restored with fallback.
+
+A checkpoint is one orbax step directory, `DIR/<iterations done>/`, holding three items:
+
+- `state`: the agent state batched over seeds, exactly as the driver holds it (typed PRNG
+  keys included);
+- `history`: every metric so far, name -> array `[iterations done, num_seeds]`;
+- `meta`: JSON with the iterations and chunks done and a SHA-256 of `state` and of `history`.
+
+Orbax writes a step into `<step>.orbax-checkpoint-tmp` and renames it to `<step>` only after
+everything is on disk (`commit_success.txt` last), so a process killed mid-write leaves the
+earlier checkpoints as they were and the half-written one unlisted; a writer deletes such
+leftovers when it opens the directory. The digests catch what a rename cannot: a checkpoint
+damaged later. `restore` walks back from the newest checkpoint to the first usable one and
+says with a `CheckpointWarning` which ones it skipped and why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+FORMAT = 1
+
+
+class CheckpointError(RuntimeError):
+    """No usable checkpoint where one was needed; the message lists what was found and why
+    each was rejected."""
+
+
+class CheckpointWarning(UserWarning):
+    """A checkpoint was skipped (damaged or unreadable) in favour of an earlier one."""
+
+
+@dataclasses.dataclass
+class Snapshot:
+    """What one checkpoint holds."""
+
+    state: Any  # the agent state, batched over seeds
+    history: dict[str, np.ndarray]  # name -> [iterations, num_seeds]
+    iterations: int  # iterations done per seed
+    chunks: int  # compiled chunks done
+    step: int  # the orbax step (== iterations)
+    skipped: list[tuple[int, str]]  # newer checkpoints that were unusable: (step, reason)
+
+
+def tree_digest(tree) -> str:
+    """SHA-256 over every leaf's path, dtype, shape and bytes (typed PRNG keys by their data)."""
+    h = hashlib.sha256()
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        if jax.dtypes.issubdtype(getattr(leaf, "dtype", None), jax.dtypes.prng_key):
+            leaf = jax.random.key_data(leaf)
+        arr = np.ascontiguousarray(jax.device_get(leaf))
+        h.update(f"{jax.tree_util.keystr(path)}|{arr.dtype.str}|{arr.shape}|".encode())
+        h.update(arr.tobytes())
+    return h.hexdigest()
+
+
+def _ocp():
+    # orbax is imported on first use: reading a config or training without a run directory
+    # does not pay for it
+    import orbax.checkpoint as ocp
+
+    return ocp
+
+
+class Checkpoints:
+    """The checkpoints in one directory. `writable=True` opens it for saving (creating it,
+    deleting half-written leftovers, keeping the newest `keep`); otherwise it is only read."""
+
+    def __init__(self, directory, *, keep: int | None = None, writable: bool = False):
+        ocp = _ocp()
+        self.directory = Path(directory).absolute()
+        self.writable = writable
+        # A reader is a manager that never saves (orbax's read_only mode only adds log noise).
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=keep, create=writable, cleanup_tmp_directories=writable,
+            # the driver donates the state to the next chunk right after a save returns
+            enable_async_checkpointing=False,
+        )
+        self._manager = ocp.CheckpointManager(
+            self.directory, options=options,
+            item_handlers={"state": ocp.StandardCheckpointHandler(), "history": ocp.StandardCheckpointHandler(),
+                           "meta": ocp.JsonCheckpointHandler()})
+
+    def steps(self) -> list[int]:
+        """Finished checkpoints, oldest first (half-written ones are not listed)."""
+        if not self.directory.exists():
+            return []
+        return sorted(self._manager.all_steps())
+
+    def save(self, state, history: dict[str, np.ndarray], iterations: int, chunks: int) -> None:
+        """Write a checkpoint at step `iterations` and return when it is complete on disk."""
+        assert self.writable, "a checkpoint directory opened for reading does not save"
+        ocp = _ocp()
+        history = {k: np.asarray(v) for k, v in history.items()}
+        meta = {"format": FORMAT, "iterations": int(iterations), "chunks": int(chunks),
+                "state_sha256": tree_digest(state), "history_sha256": tree_digest(history)}
+        self._manager.save(int(iterations), force=True, args=ocp.args.Composite(
+            state=ocp.args.StandardSave(state), history=ocp.args.StandardSave(history),
+            meta=ocp.args.JsonSave(meta)))
+        self._manager.wait_until_finished()
+
+    def restore(self, like) -> Snapshot | None:
+        """The newest usable checkpoint, its state shaped and placed like `like` (an example
+        state: arrays or `jax.ShapeDtypeStruct`s with shardings). None if there is no
+        checkpoint at all; `CheckpointError` if there are some and none is usable. Each
+        skipped one is reported with a `CheckpointWarning`."""
+        steps = self.steps()
+        if not steps:
+            return None
+        skipped: list[tuple[int, str]] = []
+        for step in reversed(steps):
+            try:
+                snap = self._restore_step(step, like)
+            except Exception as e:  # orbax and tensorstore raise many kinds of error for damaged files
+                skipped.append((step, _reason(e)))
+                continue
+            for bad, why in skipped:
+                warnings.warn(f"checkpoint {self.directory / str(bad)} is unusable ({why}); "
+                              f"falling back to the one at iteration {step}", CheckpointWarning, stacklevel=3)
+            snap.skipped = skipped
+            return snap
+        listing = "; ".join(f"{self.directory / str(s)}: {why}" for s, why in skipped)
+        raise CheckpointError(f"no usable checkpoint in {self.directory} ({len(skipped)} found, none readable): "
+                              f"{listing}. Move them away to start the run again from its key.")
+
+    def _restore_step(self, step: int, like) -> Snapshot:
+        ocp = _ocp()
+        target = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # orbax's own notes about metadata are not for the user
+            out = self._manager.restore(step, args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(target), history=ocp.args.StandardRestore(),
+                meta=ocp.args.JsonRestore()))
+        meta, state = out.meta, out.state
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+            raise ValueError(f"meta is not an rmtjax checkpoint description (format {FORMAT})")
+        history = {k: np.asarray(v) for k, v in out.history.items()}
+        if meta["iterations"] != step:
+            raise ValueError(f"meta says {meta['iterations']} iterations, the step is {step}")
+        if jax.tree.structure(state) != jax.tree.structure(like):
+            raise ValueError("the state's structure differs from this agent's")
+        for got, want in zip(jax.tree.leaves(state), jax.tree.leaves(like)):
+            if got.shape != want.shape or got.dtype != want.dtype:
+                raise ValueError(f"a state array is {got.dtype}{list(got.shape)}, this agent's is {want.dtype}{list(want.shape)}")
+        if any(v.shape[:1] != (step,) for v in history.values()):
+            raise ValueError(f"the metric history does not have {step} iterations")
+        if tree_digest(state) != meta["state_sha256"]:
+            raise ValueError("the state does not match its SHA-256 (damaged files)")
+        if tree_digest(history) != meta["history_sha256"]:
+            raise ValueError("the metric history does not match its SHA-256 (damaged files)")
+        return Snapshot(state, history, step, int(meta["chunks"]), step, [])
+
+    def set_aside(self, steps, destination) -> list[Path]:
+        """Move the checkpoints at `steps` out of the way into `destination` (kept, not
+        deleted: a person may want to look at them); returns where each went."""
+        destination = Path(destination)
+        destination.mkdir(parents=True, exist_ok=True)
+        moved = []
+        for step in steps:
+            src = self.directory / str(step)
+            if not src.exists():
+                continue
+            dst, n = destination / str(step), 1
+            while dst.exists():
+                dst, n = destination / f"{step}.{n}", n + 1
+            shutil.move(str(src), str(dst))
+            moved.append(dst)
+        self._manager.reload()
+        return moved
+
+    def close(self) -> None:
+        self._manager.close()
+
+
+def _reason(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:300]}" if text else type(e).__name__

@@ -1,0 +1,293 @@
+"""A run directory: what a run writes so that it can be read, resumed and evaluated.
+
+    DIR/config.yaml      the resolved config
+    DIR/run.json         how the run began: its PRNG key, rmtjax version, times it was resumed
+    DIR/metrics.jsonl    one JSON object per (iteration, seed): {"iteration", "seed", metrics...}
+    DIR/metrics.csv      the same rows and columns as CSV
+    DIR/checkpoints/     orbax checkpoints at chunk boundaries (`rmtjax.checkpoint`)
+    DIR/tensorboard/     TensorBoard events, with `train.tensorboard: true`
+    DIR/summary.json     written when the run finishes
+    DIR/unusable_checkpoints/   damaged checkpoints a resume stepped over (kept for a look)
+
+`iteration` counts from 1 (the metrics after that many iterations). The checkpoint holds
+every metric so far, so on resume the two log files are rewritten from it: rows logged after
+the checkpoint by the interrupted process are dropped and computed again. Non-finite numbers
+are `null` in JSON and `nan`/`inf` in CSV; floats are written in their shortest exact form.
+The driver (`rmtjax.train`) calls `restore`, `begin`, `record` after each chunk, and `finish`.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import io
+import json
+import math
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from rmtjax.checkpoint import Checkpoints, CheckpointWarning, Snapshot
+from rmtjax.config import RUN_INDEPENDENT_FIELDS, Config, ConfigError, load_config
+
+# what marks a directory as holding a run
+_RUN_FILES = ("config.yaml", "run.json", "metrics.jsonl", "metrics.csv", "checkpoints", "summary.json")
+# the columns that lead every row, in this order; the other metrics follow sorted by name
+_LEADING = ("iteration", "seed", "env_steps", "episode_return", "episode_length", "episode_count")
+
+
+class RunDirError(ValueError):
+    """A run directory that cannot be used as asked (already holds a run, holds none, or
+    belongs to another key); the message says what to do instead."""
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Replace `path` by `text` so that a reader (or a crash) sees the old file or the new one."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def key_to_json(key) -> dict:
+    """A single PRNG key (typed or raw uint32) as JSON: {"impl": name or null, "data": [...]}."""
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return {"impl": str(jax.random.key_impl(key)), "data": np.asarray(jax.random.key_data(key)).tolist()}
+    return {"impl": None, "data": np.asarray(key).tolist()}
+
+
+def key_from_json(data: dict):
+    raw = np.asarray(data["data"], np.uint32)
+    return jax.random.wrap_key_data(raw, impl=data["impl"]) if data["impl"] else jax.numpy.asarray(raw)
+
+
+def _column_order(names) -> list[str]:
+    lead = [n for n in _LEADING[2:] if n in names]
+    return ["iteration", "seed", *lead, *sorted(n for n in names if n not in lead)]
+
+
+def _json_number(x: np.generic):
+    if x.dtype.kind == "b":
+        return bool(x)
+    if x.dtype.kind in "iu":
+        return int(x)
+    f = float(x)
+    # str() of a numpy float is its shortest exact form: 0.1 for float32(0.1), not 0.10000000149
+    return float(str(x)) if math.isfinite(f) else None
+
+
+def _rows(chunk: dict[str, np.ndarray], first_iteration: int):
+    """Yield one dict per (iteration, seed) of `chunk` (name -> [length, num_seeds])."""
+    length, seeds = next(iter(chunk.values())).shape[:2]
+    for t in range(length):
+        for s in range(seeds):
+            row = {"iteration": first_iteration + t, "seed": s}
+            row.update({k: v[t, s] for k, v in chunk.items()})
+            yield row
+
+
+def format_rows(chunk: dict[str, np.ndarray], first_iteration: int, columns: list[str]) -> tuple[str, str]:
+    """The JSONL and CSV text of `chunk`'s rows."""
+    jsonl, buf = [], io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    for row in _rows(chunk, first_iteration):
+        jsonl.append(json.dumps({c: (row[c] if c in ("iteration", "seed") else _json_number(row[c]))
+                                 for c in columns}, allow_nan=False))
+        writer.writerow([row[c] if c in ("iteration", "seed") else str(row[c]) for c in columns])
+    return "".join(line + "\n" for line in jsonl), buf.getvalue()
+
+
+class RunDir:
+    """One run directory, opened by the driver for a new run (`create`), a resumed one
+    (`resume`), or only to read it (`open`)."""
+
+    def __init__(self, path, config: Config, key, info: dict):
+        self.path = Path(path)
+        self.config = config
+        self.key = key
+        self.info = info  # the contents of run.json
+        self.checkpoints: Checkpoints | None = None
+        self.resuming = False  # opened to continue the run (set by `resume`)
+        self.resumed_from: int | None = None
+        self._columns: list[str] | None = None
+        self._tb = None
+
+    # -- opening ------------------------------------------------------------------------
+    @classmethod
+    def create(cls, path, config: Config, key) -> "RunDir":
+        """A new run in `path` (created if missing; refused if it already holds a run)."""
+        path = Path(path)
+        if path.exists() and not path.is_dir():
+            raise RunDirError(f"run directory {path} is a file, not a directory")
+        found = [n for n in _RUN_FILES if (path / n).exists()]
+        if found:
+            raise RunDirError(f"{path} already holds a run ({', '.join(found)}); continue it with "
+                              f"resume={str(path)!r} (rmtjax train --resume {path}) or choose a new directory")
+        _check_tensorboard(config)
+        path.mkdir(parents=True, exist_ok=True)
+        info = {"rmtjax_version": _version(), "created": _now(), "key": key_to_json(key), "resumed": []}
+        _write_atomic(path / "config.yaml", config.to_yaml())
+        _write_atomic(path / "run.json", json.dumps(info, indent=2) + "\n")
+        return cls(path, config, key, info)
+
+    @classmethod
+    def open(cls, path) -> "RunDir":
+        """An existing run directory, read only: its config and key."""
+        path = Path(path)
+        if not (path / "config.yaml").is_file():
+            what = "does not exist" if not path.exists() else "holds no run (no config.yaml)"
+            raise RunDirError(f"run directory {path} {what}")
+        config = load_config(path / "config.yaml")
+        try:
+            info = json.loads((path / "run.json").read_text(encoding="utf-8"))
+            key = key_from_json(info["key"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise RunDirError(f"{path / 'run.json'} is missing or unreadable ({type(e).__name__}: {e}); "
+                              f"it holds the run's PRNG key") from None
+        return cls(path, config, key, info)
+
+    @classmethod
+    def resume(cls, path, config: Config | None = None, key=None) -> "RunDir":
+        """An existing run to continue. `config` (if given) must match the run's config.yaml
+        except in `RUN_INDEPENDENT_FIELDS`, and `key` (if given) the key it began with."""
+        run = cls.open(path)
+        if config is not None:
+            diffs = run.config.differences(config, ignore=RUN_INDEPENDENT_FIELDS)
+            if diffs:
+                listing = "; ".join(f"{k}: {a!r} in the run, {b!r} given" for k, a, b in diffs)
+                raise ConfigError(f"{run.path} was made with another config, so it cannot be resumed with this one. "
+                                  f"Fields that differ: {listing}. Resume without a config (it is read from "
+                                  f"{run.path / 'config.yaml'}) or start a new run directory.")
+            run.config = config
+        if key is not None and key_to_json(key) != run.info["key"]:
+            raise RunDirError(f"{run.path} began with another PRNG key ({run.info['key']}); resume it with that "
+                              f"key or with none (the stored one is used)")
+        _check_tensorboard(run.config)
+        run.resuming = True
+        return run
+
+    # -- the driver's calls ----------------------------------------------------------------
+    def restore(self, like, *, set_aside: bool = True) -> Snapshot | None:
+        """The newest usable checkpoint (None if none was written yet), with the state shaped
+        like `like`. With `set_aside`, unusable newer ones are moved to unusable_checkpoints/
+        so that the resumed run can write its own checkpoints at those iterations."""
+        ckpt = Checkpoints(self.path / "checkpoints")
+        try:
+            snap = ckpt.restore(like)
+            if snap is not None and snap.skipped and set_aside:
+                moved = ckpt.set_aside([s for s, _ in snap.skipped], self.path / "unusable_checkpoints")
+                warnings.warn(f"moved {len(moved)} unusable checkpoint(s) to {self.path / 'unusable_checkpoints'}",
+                              CheckpointWarning, stacklevel=2)
+        finally:
+            ckpt.close()
+        return snap
+
+    def begin(self, history: dict[str, np.ndarray] | None, done: int) -> None:
+        """Start writing: logs rewritten to hold exactly the `done` iterations of `history`,
+        checkpoints opened for saving, TensorBoard opened."""
+        if self.resuming:
+            self.resumed_from = done
+            self.info.setdefault("resumed", []).append({"at": _now(), "from_iteration": done})
+            _write_atomic(self.path / "run.json", json.dumps(self.info, indent=2) + "\n")
+            _write_atomic(self.path / "config.yaml", self.config.to_yaml())
+        jsonl, csv_text = "", ""
+        if history:
+            self._columns = _column_order(history)
+            jsonl, csv_text = format_rows(history, 1, self._columns)
+            csv_text = ",".join(self._columns) + "\n" + csv_text
+        _write_atomic(self.path / "metrics.jsonl", jsonl)
+        _write_atomic(self.path / "metrics.csv", csv_text)
+        t = self.config.train
+        self.checkpoints = Checkpoints(self.path / "checkpoints", keep=t.keep_checkpoints, writable=True)
+        if t.tensorboard:
+            from tensorboardX import SummaryWriter
+
+            last = int(history["env_steps"][-1, 0]) if history else 0
+            # events a killed process logged after the checkpoint are hidden (purged) by TensorBoard
+            purge = last + 1 if self.resumed_from is not None else None
+            self._tb = SummaryWriter(logdir=str(self.path / "tensorboard"), purge_step=purge)
+
+    def record(self, state, history: list[dict[str, np.ndarray]], chunk: dict[str, np.ndarray], done: int,
+               chunks_done: int, *, final: bool) -> None:
+        """After a chunk: append its rows to the logs, then checkpoint when due (every
+        `train.checkpoint_every` chunks and after the last). `history` is every chunk's metrics
+        so far ([length, num_seeds] each), this one included."""
+        length = next(iter(chunk.values())).shape[0]
+        first = done - length + 1
+        if self._columns is None:
+            self._columns = _column_order(chunk)
+            with open(self.path / "metrics.csv", "a", encoding="utf-8") as f:
+                f.write(",".join(self._columns) + "\n")
+        jsonl, csv_text = format_rows(chunk, first, self._columns)
+        for name, text in (("metrics.jsonl", jsonl), ("metrics.csv", csv_text)):
+            with open(self.path / name, "a", encoding="utf-8") as f:
+                f.write(text)
+        if self._tb is not None:
+            self._log_tensorboard(chunk)
+        if final or chunks_done % self.config.train.checkpoint_every == 0:
+            stacked = {k: np.concatenate([c[k] for c in history], axis=0) for k in chunk}
+            self.checkpoints.save(state, stacked, done, chunks_done)
+
+    def _log_tensorboard(self, chunk):
+        for t in range(next(iter(chunk.values())).shape[0]):
+            step = int(chunk["env_steps"][t, 0])
+            for name in self._columns[2:]:
+                self._tb.add_scalar(f"{name}/mean", float(np.mean(chunk[name][t])), step)
+            for s, value in enumerate(chunk["episode_return"][t]):
+                self._tb.add_scalar(f"episode_return/seed_{s}", float(value), step)
+        self._tb.flush()
+
+    def finish(self, result) -> None:
+        """Write summary.json for a finished run."""
+        fr = [None if not math.isfinite(x) else float(str(np.float32(x))) for x in np.asarray(result.final_return)]
+        summary = {
+            "algo": self.config.algo, "env": self.config.env.id, "num_seeds": self.config.train.num_seeds,
+            "iterations": int(result.metrics["env_steps"].shape[1]), "env_steps_per_seed": result.env_steps,
+            "final_return": fr,
+            "final_return_mean": None if all(x is None for x in fr) else float(np.nanmean(result.final_return)),
+            "last_episode_return": [_json_number(x) for x in result.metrics["episode_return"][:, -1]],
+            "compile_seconds": round(result.compile_seconds, 3), "run_seconds": round(result.run_seconds, 3),
+            "resumed_from_iteration": self.resumed_from,
+            "last_checkpoint": str(self.path / "checkpoints" / str(max(self.checkpoints.steps()))),
+            "finished": _now(),
+        }
+        _write_atomic(self.path / "summary.json", json.dumps(summary, indent=2) + "\n")
+
+    def read_summary(self) -> dict | None:
+        try:
+            return json.loads((self.path / "summary.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+
+    def close(self) -> None:
+        if self.checkpoints is not None:
+            self.checkpoints.close()
+            self.checkpoints = None
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+
+
+def _check_tensorboard(config: Config) -> None:
+    if config.train.tensorboard:
+        try:
+            import tensorboardX  # noqa: F401
+        except ImportError:
+            raise ConfigError("train.tensorboard: true needs tensorboardX; install it with "
+                              "pip install 'rmtjax[tensorboard]' or set train.tensorboard: false") from None
+
+
+def _version() -> str:
+    import rmtjax
+
+    return rmtjax.__version__

@@ -68,10 +68,12 @@ def main():
         rows.append(["rejax ppo", seeds, f"{c_rj:.1f}", f"{r_rj:.1f}", f"{total / r_rj:,.0f}", "-"])
         rows.append(["ratio rmtjax/rejax (env-steps/s)", seeds, f"{c_ours / c_rj:.2f}× compile", "",
                      f"**{r_rj / r_ours:.2f}×**", ""])
-    write_table("throughput_ppo", "PPO whole-run throughput: rmtjax vs rejax (CartPole-v1)",
-                ["trainer", "seeds", "compile s", "run s", "env-steps/s", "final episode_return"], rows,
-                notes=f"{args.steps:,} env steps per seed, 4 envs × 128 steps, 4 epochs × 4 minibatches, 64-64 tanh. "
-                      "Ratio > 1 means rmtjax is faster. Both run in the same process, one after the other.")
+        # written after each seed count, so a cut-short run still leaves what it measured
+        write_table("throughput_ppo", "PPO whole-run throughput: rmtjax vs rejax (CartPole-v1)",
+                    ["trainer", "seeds", "compile s", "run s", "env-steps/s", "final episode_return"], rows,
+                    notes=f"{args.steps:,} env steps per seed, 4 envs × 128 steps, 4 epochs × 4 minibatches, 64-64 tanh. "
+                          "Ratio > 1 means rmtjax is faster. Both run in the same process, one after the other.")
+
 
 
 if __name__ == "__main__":

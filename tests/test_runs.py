@@ -232,6 +232,22 @@ def test_resume_moves_unusable_checkpoints_aside_and_restores_the_previous(refer
     assert any("moved 1 unusable checkpoint" in str(w.message) for w in caught)
 
 
+def test_missing_final_checkpoint_is_reported(reference, run_copy):
+    shutil.rmtree(run_copy / "checkpoints" / "16")
+    with pytest.warns(CheckpointWarning, match=r"final checkpoint of .* \(iteration 16, per summary\.json\) is "
+                                               r"missing; using the one at iteration 12"):
+        loaded = rmtjax.load_run(run_copy)
+    assert_trees_equal(host(loaded.state), reference["states"][12])
+
+
+def test_resume_before_the_first_checkpoint_starts_over_with_a_warning(reference, tmp_path):
+    path = tmp_path / "fresh"
+    RunDir.create(path, reference["config"], jax.random.key(0))
+    run = RunDir.resume(path)
+    with pytest.warns(CheckpointWarning, match="no checkpoint yet: the run starts again from its beginning"):
+        assert run.restore(reference["result"].state) is None
+
+
 def test_no_usable_checkpoint_is_a_clear_error(run_copy, capsys):
     for step in (8, 12, 16):
         _truncate_arrays(run_copy / "checkpoints" / str(step))
@@ -264,6 +280,14 @@ def test_resuming_a_finished_run_may_change_how_it_is_watched(reference, run_cop
 def test_resume_with_another_key_is_refused(reference):
     with pytest.raises(RunDirError, match="began with another PRNG key"):
         rmtjax.train(reference["config"], jax.random.key(1), resume=reference["path"])
+
+
+def test_hparams_a_run_began_with_are_kept_and_checked_on_resume(reference, tmp_path):
+    path = tmp_path / "hp"
+    RunDir.create(path, reference["config"], jax.random.key(0), {"lr": 1e-3})
+    assert RunDir.resume(path).hparams == {"lr": np.float32(1e-3)}
+    with pytest.raises(rmtjax.ConfigError, match=r"hparams: .* began with hparams \{'lr': 0\.001"):
+        rmtjax.train(None, resume=path, hparams={"lr": 3e-4})
 
 
 def test_new_run_refuses_a_directory_that_holds_one(reference):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import csv
 import datetime
+import errno
 import io
 import json
 import math
@@ -120,6 +121,7 @@ class RunDir:
         hp = info.get("hparams")
         self.hparams = None if hp is None else {k: np.asarray(v, np.float32) for k, v in hp.items()}
         self.checkpoints: Checkpoints | None = None
+        self._lock = None
         self.resuming = False  # opened to continue the run (set by `resume`)
         self.resumed_from: int | None = None
         self._columns: list[str] | None = None
@@ -139,13 +141,16 @@ class RunDir:
                               f"resume={str(path)!r} (rmtjax train --resume {path}) or choose a new directory")
         _check_tensorboard(config)
         path.mkdir(parents=True, exist_ok=True)
+        lock = _lock(path)
         info = {"rmtjax_version": _version(), "created": _now(), "key": key_to_json(key),
                 "hparams": None if hparams is None else
                 {k: np.asarray(v, np.float32).tolist() for k, v in hparams.items()},
                 "resumed": []}
         _write_atomic(path / "config.yaml", config.to_yaml())
         _write_atomic(path / "run.json", json.dumps(info, indent=2) + "\n")
-        return cls(path, config, key, info)
+        run = cls(path, config, key, info)
+        run._lock = lock
+        return run
 
     @classmethod
     def open(cls, path) -> "RunDir":
@@ -185,6 +190,7 @@ class RunDir:
                 raise ConfigError(f"hparams: {run.path} began with hparams {run.info.get('hparams')}, not {given}; "
                                   f"resume it without hparams (its checkpoint holds them)")
         _check_tensorboard(run.config)
+        run._lock = _lock(run.path)
         run.resuming = True
         return run
 
@@ -296,6 +302,35 @@ class RunDir:
         if self._tb is not None:
             self._tb.close()
             self._tb = None
+        if self._lock is not None:
+            self._lock.close()  # closing the file releases the lock
+            self._lock = None
+
+
+def _lock(path: Path):
+    """Hold an exclusive lock on `path/.lock` while this process writes the run, so that a
+    second writer is refused instead of interleaving checkpoints. The operating system drops
+    the lock when the process ends, however it ends (SIGKILL included)."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock
+        return None
+    f = open(path / ".lock", "a+", encoding="utf-8")
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        f.seek(0)
+        holder = f.read().strip() or "unknown"
+        f.close()
+        if e.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+            raise RunDirError(f"{path} is being written by another process (pid {holder}); wait for it to end "
+                              f"or stop it before resuming") from None
+        raise
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    return f
 
 
 def _check_tensorboard(config: Config) -> None:

@@ -184,4 +184,7 @@ class Checkpoints:
 
 def _reason(e: BaseException) -> str:
     text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0][:300]}" if text else type(e).__name__
+    if not text:
+        return type(e).__name__
+    first = text[0] if len(text[0]) <= 240 else text[0][:240] + "…"
+    return f"{type(e).__name__}: {first}"

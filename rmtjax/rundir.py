@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import csv
 import datetime
+import errno
 import io
 import json
 import math
@@ -116,7 +117,11 @@ class RunDir:
         self.config = config
         self.key = key
         self.info = info  # the contents of run.json
+        # the initial hyperparameter overrides the run began with (name -> float32 array), or None
+        hp = info.get("hparams")
+        self.hparams = None if hp is None else {k: np.asarray(v, np.float32) for k, v in hp.items()}
         self.checkpoints: Checkpoints | None = None
+        self._lock = None
         self.resuming = False  # opened to continue the run (set by `resume`)
         self.resumed_from: int | None = None
         self._columns: list[str] | None = None
@@ -124,8 +129,9 @@ class RunDir:
 
     # -- opening ------------------------------------------------------------------------
     @classmethod
-    def create(cls, path, config: Config, key) -> "RunDir":
-        """A new run in `path` (created if missing; refused if it already holds a run)."""
+    def create(cls, path, config: Config, key, hparams=None) -> "RunDir":
+        """A new run in `path` (created if missing; refused if it already holds a run).
+        `hparams`: the initial hyperparameter overrides the run is given, kept for a restart."""
         path = Path(path)
         if path.exists() and not path.is_dir():
             raise RunDirError(f"run directory {path} is a file, not a directory")
@@ -135,10 +141,16 @@ class RunDir:
                               f"resume={str(path)!r} (rmtjax train --resume {path}) or choose a new directory")
         _check_tensorboard(config)
         path.mkdir(parents=True, exist_ok=True)
-        info = {"rmtjax_version": _version(), "created": _now(), "key": key_to_json(key), "resumed": []}
+        lock = _lock(path)
+        info = {"rmtjax_version": _version(), "created": _now(), "key": key_to_json(key),
+                "hparams": None if hparams is None else
+                {k: np.asarray(v, np.float32).tolist() for k, v in hparams.items()},
+                "resumed": []}
         _write_atomic(path / "config.yaml", config.to_yaml())
         _write_atomic(path / "run.json", json.dumps(info, indent=2) + "\n")
-        return cls(path, config, key, info)
+        run = cls(path, config, key, info)
+        run._lock = lock
+        return run
 
     @classmethod
     def open(cls, path) -> "RunDir":
@@ -157,9 +169,9 @@ class RunDir:
         return cls(path, config, key, info)
 
     @classmethod
-    def resume(cls, path, config: Config | None = None, key=None) -> "RunDir":
+    def resume(cls, path, config: Config | None = None, key=None, hparams=None) -> "RunDir":
         """An existing run to continue. `config` (if given) must match the run's config.yaml
-        except in `RUN_INDEPENDENT_FIELDS`, and `key` (if given) the key it began with."""
+        except in `RUN_INDEPENDENT_FIELDS`; `key` and `hparams` (if given) those it began with."""
         run = cls.open(path)
         if config is not None:
             diffs = run.config.differences(config, ignore=RUN_INDEPENDENT_FIELDS)
@@ -172,7 +184,13 @@ class RunDir:
         if key is not None and key_to_json(key) != run.info["key"]:
             raise RunDirError(f"{run.path} began with another PRNG key ({run.info['key']}); resume it with that "
                               f"key or with none (the stored one is used)")
+        if hparams is not None:
+            given = {k: np.asarray(v, np.float32).tolist() for k, v in hparams.items()}
+            if given != run.info.get("hparams"):
+                raise ConfigError(f"hparams: {run.path} began with hparams {run.info.get('hparams')}, not {given}; "
+                                  f"resume it without hparams (its checkpoint holds them)")
         _check_tensorboard(run.config)
+        run._lock = _lock(run.path)
         run.resuming = True
         return run
 
@@ -190,6 +208,14 @@ class RunDir:
                               CheckpointWarning, stacklevel=2)
         finally:
             ckpt.close()
+        finished_at = (self.read_summary() or {}).get("iterations")
+        if snap is None and self.resuming:
+            warnings.warn(f"{self.path} has no checkpoint yet: the run starts again from its beginning "
+                          f"(same key, so the same run)", CheckpointWarning, stacklevel=2)
+        elif (snap is not None and finished_at is not None and finished_at > snap.iterations
+              and finished_at not in [step for step, _ in snap.skipped]):  # damaged ones were reported already
+            warnings.warn(f"the final checkpoint of {self.path} (iteration {finished_at}, per summary.json) is "
+                          f"missing; using the one at iteration {snap.iterations}", CheckpointWarning, stacklevel=2)
         return snap
 
     def begin(self, history: dict[str, np.ndarray] | None, done: int) -> None:
@@ -276,6 +302,35 @@ class RunDir:
         if self._tb is not None:
             self._tb.close()
             self._tb = None
+        if self._lock is not None:
+            self._lock.close()  # closing the file releases the lock
+            self._lock = None
+
+
+def _lock(path: Path):
+    """Hold an exclusive lock on `path/.lock` while this process writes the run, so that a
+    second writer is refused instead of interleaving checkpoints. The operating system drops
+    the lock when the process ends, however it ends (SIGKILL included)."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock
+        return None
+    f = open(path / ".lock", "a+", encoding="utf-8")
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        f.seek(0)
+        holder = f.read().strip() or "unknown"
+        f.close()
+        if e.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+            raise RunDirError(f"{path} is being written by another process (pid {holder}); wait for it to end "
+                              f"or stop it before resuming") from None
+        raise
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    return f
 
 
 def _check_tensorboard(config: Config) -> None:

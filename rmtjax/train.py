@@ -108,7 +108,7 @@ def train(config: Config | None, key: jax.Array | None = None, *, hparams: Mappi
     """
     run = _open_run(config, key, hparams, run_dir, resume)
     if run is not None:
-        config, key = run.config, run.key
+        config, key, hparams = run.config, run.key, run.hparams
     try:
         result = _drive(config, key, hparams, progress, on_chunk, run)
         if run is not None:
@@ -126,16 +126,13 @@ def _open_run(config, key, hparams, run_dir, resume):
 
         if run_dir is not None and Path(run_dir).absolute() != Path(resume).absolute():
             raise ValueError(f"train(run_dir={run_dir!r}, resume={resume!r}): a resumed run stays in its directory")
-        if hparams is not None:
-            raise ConfigError("hparams: a resumed run goes on with the hyperparameters in its checkpoint; "
-                              "pass hparams to a new run only")
-        return RunDir.resume(resume, config, key)
+        return RunDir.resume(resume, config, key, hparams)
     if config is None or key is None:
         raise TypeError("train(config, key): both are needed unless resume=RUN_DIR is given")
     if run_dir is not None:
         from rmtjax.rundir import RunDir
 
-        return RunDir.create(run_dir, config, key)
+        return RunDir.create(run_dir, config, key, hparams)
     if config.train.tensorboard:
         raise ConfigError("train.tensorboard: TensorBoard events are written into a run directory; pass "
                           "run_dir=DIR (rmtjax train --run-dir DIR) or set train.tensorboard: false")

@@ -225,11 +225,39 @@ def test_resume_moves_unusable_checkpoints_aside_and_restores_the_previous(refer
     run = RunDir.resume(run_copy)
     with pytest.warns(CheckpointWarning) as caught:
         snap = run.restore(reference["result"].state)
+    run.close()
     assert snap.iterations == 12 and [s for s, _ in snap.skipped] == [16]
     assert_trees_equal(host(snap.state), reference["states"][12])
     assert sorted(p.name for p in (run_copy / "checkpoints").iterdir()) == ["12", "8"]
     assert (run_copy / "unusable_checkpoints" / "16" / "meta").is_dir()
     assert any("moved 1 unusable checkpoint" in str(w.message) for w in caught)
+
+
+def test_missing_final_checkpoint_is_reported(reference, run_copy):
+    shutil.rmtree(run_copy / "checkpoints" / "16")
+    with pytest.warns(CheckpointWarning, match=r"final checkpoint of .* \(iteration 16, per summary\.json\) is "
+                                               r"missing; using the one at iteration 12"):
+        loaded = rmtjax.load_run(run_copy)
+    assert_trees_equal(host(loaded.state), reference["states"][12])
+
+
+def test_resume_before_the_first_checkpoint_starts_over_with_a_warning(reference, tmp_path):
+    path = tmp_path / "fresh"
+    RunDir.create(path, reference["config"], jax.random.key(0)).close()
+    run = RunDir.resume(path)
+    with pytest.warns(CheckpointWarning, match="no checkpoint yet: the run starts again from its beginning"):
+        assert run.restore(reference["result"].state) is None
+    run.close()
+
+
+def test_a_run_directory_has_one_writer_at_a_time(reference, tmp_path):
+    path = tmp_path / "busy"
+    writer = RunDir.create(path, reference["config"], jax.random.key(0))
+    with pytest.raises(RunDirError, match=rf"being written by another process \(pid {os.getpid()}\)"):
+        RunDir.resume(path)
+    assert RunDir.open(path).config == reference["config"]  # readers are welcome
+    writer.close()
+    RunDir.resume(path).close()
 
 
 def test_no_usable_checkpoint_is_a_clear_error(run_copy, capsys):
@@ -264,6 +292,16 @@ def test_resuming_a_finished_run_may_change_how_it_is_watched(reference, run_cop
 def test_resume_with_another_key_is_refused(reference):
     with pytest.raises(RunDirError, match="began with another PRNG key"):
         rmtjax.train(reference["config"], jax.random.key(1), resume=reference["path"])
+
+
+def test_hparams_a_run_began_with_are_kept_and_checked_on_resume(reference, tmp_path):
+    path = tmp_path / "hp"
+    RunDir.create(path, reference["config"], jax.random.key(0), {"lr": 1e-3}).close()
+    run = RunDir.resume(path)
+    assert run.hparams == {"lr": np.float32(1e-3)}
+    run.close()
+    with pytest.raises(rmtjax.ConfigError, match=r"hparams: .* began with hparams \{'lr': 0\.001"):
+        rmtjax.train(None, resume=path, hparams={"lr": 3e-4})
 
 
 def test_new_run_refuses_a_directory_that_holds_one(reference):

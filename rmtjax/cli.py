@@ -62,8 +62,11 @@ def cmd_train(args) -> int:
 def cmd_eval(args) -> int:
     import jax
 
+    from rmtjax.config import ConfigError
     from rmtjax.train import evaluate, load_run
 
+    if args.episodes < 1:
+        raise ConfigError(f"--episodes: expected an integer ≥ 1, got {args.episodes}")
     result = load_run(args.run_dir)
     ev = evaluate(result, episodes=args.episodes, key=jax.random.key(args.seed), max_steps=args.max_steps)
     print(f"{result.config.algo} on {result.config.env.id} ({args.run_dir}, {result.env_steps:,} env steps per seed): "

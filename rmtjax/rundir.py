@@ -274,11 +274,15 @@ class RunDir:
         self._tb.flush()
 
     def finish(self, result) -> None:
-        """Write summary.json for a finished run."""
+        """Write summary.json for a finished run (a resume that found nothing left to train
+        keeps the summary of the run that did the training)."""
+        iterations = int(result.metrics["env_steps"].shape[1])
+        if self.resumed_from == iterations and self.read_summary() is not None:
+            return
         fr = [None if not math.isfinite(x) else float(str(np.float32(x))) for x in np.asarray(result.final_return)]
         summary = {
             "algo": self.config.algo, "env": self.config.env.id, "num_seeds": self.config.train.num_seeds,
-            "iterations": int(result.metrics["env_steps"].shape[1]), "env_steps_per_seed": result.env_steps,
+            "iterations": iterations, "env_steps_per_seed": result.env_steps,
             "final_return": fr,
             "final_return_mean": None if all(x is None for x in fr) else float(np.nanmean(result.final_return)),
             "last_episode_return": [_json_number(x) for x in result.metrics["episode_return"][:, -1]],

@@ -47,8 +47,10 @@ class TrainResult:
 
     def summary(self) -> str:
         fr = self.final_return
+        timing = (f" in {self.run_seconds:.1f}s (+{self.compile_seconds:.1f}s compile)"
+                  if math.isfinite(self.run_seconds) else "")  # a run read back before it finished has none
         return (f"{self.config.algo} on {self.config.env.id}: {self.env_steps:,} env steps × "
-                f"{fr.shape[0]} seed(s) in {self.run_seconds:.1f}s (+{self.compile_seconds:.1f}s compile); "
+                f"{fr.shape[0]} seed(s){timing}; "
                 f"final return mean {np.nanmean(fr):.1f}, min {np.nanmin(fr):.1f}, max {np.nanmax(fr):.1f}")
 
 

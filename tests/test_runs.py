@@ -284,9 +284,12 @@ def test_cli_resume_with_a_changed_field_exits_2(reference, capsys):
 
 def test_resuming_a_finished_run_may_change_how_it_is_watched(reference, run_copy):
     cfg = reference["config"].override({"train.checkpoint_every": 2, "train.tensorboard": False})
+    summary = (run_copy / "summary.json").read_text()
     again = rmtjax.train(cfg, resume=run_copy)  # nothing left to train: no chunk is compiled
     assert_trees_equal(host(again.state), reference["states"][16])
     assert load_config(run_copy / "config.yaml") == cfg
+    assert (run_copy / "summary.json").read_text() == summary  # the training run's timings stay
+    assert (run_copy / "metrics.jsonl").read_text() == (reference["path"] / "metrics.jsonl").read_text()
 
 
 def test_resume_with_another_key_is_refused(reference):

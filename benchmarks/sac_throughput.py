@@ -151,12 +151,14 @@ def main(argv=None):
         "rejax `SAC.train` (one jit)" + (" via OldStepAPI" if adapted else ""): lambda: time_rejax(args, adapted),
     }
     best = {name: (np.inf, np.inf) for name in runners}
+    runs = {name: [] for name in runners}
     for r in range(args.repeats):  # interleaved, so a burst of load on a shared machine hits all alike
         for name, run in runners.items():
             c, s = run()
             print(f"[{r + 1}/{args.repeats}] {name}: compile {c:.1f}s, run {s:.1f}s, {args.steps / s:,.0f} steps/s",
                   flush=True)
             best[name] = (min(best[name][0], c), min(best[name][1], s))
+            runs[name].append(s)
 
     rejax_name = list(runners)[-1]
     rejax_sps = args.steps / best[rejax_name][1]
@@ -183,6 +185,8 @@ def main(argv=None):
         f"- machine: {os.cpu_count()} CPU cores ({cpu_model()}), JAX {jax.__version__} on {jax.default_backend()}; "
         "a shared machine, so absolute numbers are noisy and the ratio is the result",
         f"- date: {datetime.date.today().isoformat()}",
+        "- every run's seconds, in order: " + "; ".join(f"{n}: {', '.join(f'{s:.1f}' for s in v)}"
+                                                      for n, v in runs.items()),
         f"- compatibility: {compat}",
         "- not the same algorithm detail for detail: rejax samples minibatches without replacement "
         "(`jax.random.choice` over the whole buffer, O(buffer) per update), rmtjax with replacement (O(batch)); "

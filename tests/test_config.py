@@ -110,3 +110,11 @@ def test_parse_override_reads_yaml_values():
 
 def test_config_errors_are_value_errors():
     assert issubclass(rmtjax.ConfigError, ValueError)
+
+
+@pytest.mark.parametrize("preset", rmtjax.config.available_presets())
+def test_every_bundled_preset_builds_and_declares_its_algo(preset):
+    algo, env = preset.split("_", 1)
+    cfg = rmtjax.make_config(algo, env)
+    assert cfg.algo == algo and cfg.env.id == env
+    assert rmtjax.agents.build_agent(cfg).num_iterations >= 1

@@ -37,7 +37,8 @@ def test_gae_matches_reference_and_separates_truncation_from_termination():
 
 
 def test_continuous_log_prob_matches_gaussian_formula():
-    cfg = rmtjax.make_config("ppo", "Pendulum-v1", {"train.total_steps": 512, "agent.rollout_len": 128})
+    cfg = rmtjax.make_config("ppo", "Pendulum-v1", {"train.total_steps": 512, "agent.rollout_len": 128,
+                                                    "env.num_envs": 4, "agent.num_minibatches": 4})
     agent = rmtjax.agents.build_agent(cfg)
     mean = jnp.array([[0.5], [-1.0]])
     log_std = jnp.array([[0.2], [-0.3]])

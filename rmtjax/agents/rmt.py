@@ -314,10 +314,11 @@ class RMT(Agent):
             batch, info = self.replay.sample(replay, k, c.batch_size, beta)
 
             def loss_fn(p):
-                td = self._td_error(p, target_params, batch, hp.gamma)
-                return (info.weight * optax.huber_loss(td, delta=c.huber_delta)).mean(), td
+                q = self._q_of(self.q_values(p, batch["obs"]), batch["action"])
+                td = self._targets(p, target_params, batch, hp.gamma) - q
+                return (info.weight * optax.huber_loss(td, delta=c.huber_delta)).mean(), (td, q)
 
-            (loss, td), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+            (loss, (td, q)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
             updates, opt_state = self.tx.update(grads, opt_state, params)
             params = optax.apply_updates(params, updates)
             grad_steps = grad_steps + 1
@@ -327,7 +328,7 @@ class RMT(Agent):
                 target_params = jax.tree.map(lambda t, p: jnp.where(grad_steps % c.target_update_every == 0, p, t),
                                              target_params, params)
             stats = {"loss": loss, "grad_norm": optax.tree.norm(grads), "td_abs": jnp.abs(td).mean(),
-                     "q_mean": self._q_of(self.q_values(params, batch["obs"]), batch["action"]).mean()}
+                     "q_mean": q.mean()}  # Q of the minibatch before this step (no extra forward pass)
             # the write-back comes last: reading the batch after it would make XLA copy the buffer
             replay = self.replay.update(replay, info, jnp.abs(td))
             return (params, target_params, opt_state, replay, grad_steps), (stats, info)

@@ -1,0 +1,127 @@
+"""Learning curves of several agents on one environment, at equal env steps, seeds vmapped.
+
+    python -m benchmarks.curves --env CartPole-v1 --algos rmt dqn --seeds 8 --steps 300000 \
+        --threshold 475 --name rmt_vs_dqn_CartPole-v1
+
+Each agent runs from its preset for the env (`rmtjax/configs/{algo}_{env}.yaml`, else its
+defaults) with `--set algo:key=value` overrides, all seeds in one compile. The table gives
+each agent's mean episode return at ten evenly spaced points of training, the final return
+per seed, how many seeds reach `--threshold`, and whole-loop env-steps/s; the curves go to
+`results/NAME.npz` and, when matplotlib is installed, a plot to `results/NAME.png`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import defaultdict
+
+import jax
+import numpy as np
+
+import rmtjax
+from benchmarks.common import RESULTS, write_table
+from rmtjax.config import parse_override
+
+POINTS = 10
+# diagnostics averaged over the second half of training, when an agent reports them
+DIAGNOSTICS = ("top_td_share", "hot_share", "warm_share", "cold_share")
+
+
+def curve_points(returns: np.ndarray, env_steps: np.ndarray, points: int = POINTS):
+    """(steps [points], mean return over seeds at each, [seeds, points]) from per-iteration
+    `returns` [seeds, iters]: each point is the iteration at the end of its tenth of training."""
+    iters = returns.shape[1]
+    idx = np.unique(np.linspace(iters / points, iters, points).round().astype(int) - 1)
+    return env_steps[idx], returns[:, idx]
+
+
+def run_agent(algo: str, env: str, steps: int, seeds: int, sets: list[str], seed: int):
+    overrides = dict(parse_override(s) for s in sets)
+    overrides.update({"train.total_steps": steps, "train.num_seeds": seeds, "train.progress": False,
+                      "train.num_chunks": 10})
+    cfg = rmtjax.make_config(algo, env, overrides)
+    return rmtjax.train(cfg, jax.random.key(seed))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--env", default="CartPole-v1")
+    ap.add_argument("--algos", nargs="+", default=["rmt", "dqn"])
+    ap.add_argument("--steps", type=int, default=300_000)
+    ap.add_argument("--seeds", type=int, default=8)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threshold", type=float, default=None, help="count the seeds whose final return reaches it")
+    ap.add_argument("--set", action="append", default=[], metavar="ALGO:KEY=VALUE",
+                    help="an override for one agent, e.g. rmt:agent.lr=3e-4 (or KEY=VALUE for all)")
+    ap.add_argument("--name", default=None)
+    args = ap.parse_args(argv)
+    name = args.name or f"curves_{'_'.join(args.algos)}_{args.env.replace(':', '_')}"
+
+    per_algo = defaultdict(list)
+    for s in args.set:
+        algo, sep, rest = s.partition(":")
+        if sep and "=" not in algo:
+            per_algo[algo].append(rest)
+        else:
+            for a in args.algos:
+                per_algo[a].append(s)
+
+    rows, curves, diag_rows = [], {}, []
+    steps_axis = None
+    for algo in args.algos:
+        r = run_agent(algo, args.env, args.steps, args.seeds, per_algo[algo], args.seed)
+        print(r.summary(), flush=True)
+        steps_axis, pts = curve_points(r.metrics["episode_return"], r.metrics["env_steps"][0])
+        curves[algo] = r.metrics["episode_return"]
+        fr = r.final_return
+        sps = r.env_steps * args.seeds / r.run_seconds
+        reach = "" if args.threshold is None else f"{int((fr >= args.threshold).sum())}/{len(fr)}"
+        rows.append([algo] + [f"{v:.1f}" for v in pts.mean(0)] +
+                    [f"{np.mean(fr):.1f}", f"{np.median(fr):.1f}", f"{np.min(fr):.1f}", reach,
+                     f"{sps:,.0f}", f"{r.compile_seconds:.0f}", " ".join(f"{v:.0f}" for v in fr)])
+        half = r.metrics["env_steps"].shape[1] // 2
+        diag = {k: float(np.mean(r.metrics[k][:, half:])) for k in DIAGNOSTICS if k in r.metrics}
+        if diag:
+            diag_rows.append([algo] + [f"{diag.get(k, float('nan')):.3f}" for k in DIAGNOSTICS])
+
+    header = (["agent"] + [f"{s / 1000:.4g}k" for s in steps_axis] +
+              ["final mean", "final median", "final min", f"≥ {args.threshold:g}" if args.threshold is not None else "",
+               "env-steps/s", "compile s", "final per seed"])
+    notes = (f"Mean over {args.seeds} seeds of the return of each env's last finished episode, at ten points of "
+             f"training ({args.steps:,} env steps per seed); `final` is the same at the end. Env-steps/s counts "
+             f"all seeds of the whole loop (acting, replay, learning); absolute numbers here are noisy, compare "
+             f"rows of one run.")
+    if diag_rows:
+        notes += ("\n\nReplay diagnostics, mean over the second half of training (`top_td_share`: share of each "
+                  "minibatch whose |TD error| is in the buffer's top 10%; a uniform draw gives 0.10):\n\n"
+                  "| agent | " + " | ".join(DIAGNOSTICS) + " |\n|" + "---|" * (len(DIAGNOSTICS) + 1) + "\n" +
+                  "\n".join("| " + " | ".join(r) + " |" for r in diag_rows))
+    write_table(name, f"Learning curves on {args.env}: {', '.join(args.algos)}", header, rows, notes)
+    np.savez_compressed(RESULTS / f"{name}.npz", env_steps=steps_axis, **curves)
+    _plot(name, args, curves)
+
+
+def _plot(name, args, curves):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot")
+        return
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for algo, ret in curves.items():
+        x = np.linspace(0, args.steps, ret.shape[1])
+        ax.plot(x, ret.mean(0), label=f"{algo} (mean of {ret.shape[0]})")
+        ax.fill_between(x, ret.min(0), ret.max(0), alpha=0.2)
+    ax.set_xlabel("env steps per seed")
+    ax.set_ylabel("episode return")
+    ax.set_title(args.env)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(RESULTS / f"{name}.png", dpi=100)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,7 +1,8 @@
 """Typed configuration: dataclass sections, YAML/dict I/O, dotted overrides, validation.
 
-A `Config` has four parts: `algo` (registry name), `env` (`EnvConfig`), `train`
-(`TrainConfig`) and `agent` (the algorithm's own section, e.g. `PPOConfig`). Every field
+A `Config` has five parts: `algo` (registry name), `env` (`EnvConfig`), `train`
+(`TrainConfig`), `agent` (the algorithm's own section, e.g. `PPOConfig`) and `precision`
+(`rmtjax.precision.PrecisionConfig`, optional: the defaults are fp32). Every field
 declares its type and, where it has one, its allowed range or choices; a bad value raises a
 `ConfigError` (a `ValueError`) naming the field, the value and what is allowed, at the moment
 the config is built. Nothing is clamped or dropped silently.
@@ -209,6 +210,7 @@ class Config:
     env: EnvConfig
     train: TrainConfig
     agent: Section
+    precision: Section = dataclasses.field(default_factory=lambda: _precision_config_class()())
 
     def __post_init__(self):
         from rmtjax.agents import agent_config_class
@@ -216,6 +218,8 @@ class Config:
         cls = agent_config_class(self.algo)
         if not isinstance(self.agent, cls):
             raise ConfigError(f"agent: expected a {cls.__name__} for algo {self.algo!r}, got {type(self.agent).__name__}")
+        if not isinstance(self.precision, _precision_config_class()):
+            raise ConfigError(f"precision: expected a PrecisionConfig, got {type(self.precision).__name__}")
         check = getattr(self.agent, "validate_with", None)
         if check is not None:
             check(self.env, self.train)
@@ -227,7 +231,7 @@ class Config:
 
         if not isinstance(data, Mapping):
             raise ConfigError(f"a config must be a mapping with keys algo, env, train, agent; got {type(data).__name__}")
-        top = {"algo", "env", "train", "agent"}
+        top = {"algo", "env", "train", "agent", "precision"}
         for key in data:
             if key not in top:
                 raise ConfigError(f"unknown key {key}.{_close(str(key), top)}")
@@ -240,11 +244,12 @@ class Config:
             env=EnvConfig.from_dict(data.get("env")),
             train=TrainConfig.from_dict(data.get("train")),
             agent=agent_cls.from_dict(data.get("agent"), path="agent"),
+            precision=_precision_config_class().from_dict(data.get("precision")),
         )
 
     def to_dict(self) -> dict:
         return {"algo": self.algo, "env": self.env.to_dict(), "train": self.train.to_dict(),
-                "agent": self.agent.to_dict()}
+                "agent": self.agent.to_dict(), "precision": self.precision.to_dict()}
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
@@ -264,6 +269,13 @@ class Config:
         return Config.from_dict(data)
 
 
+def _precision_config_class():
+    # imported on use: rmtjax.precision builds its section from this module
+    from rmtjax.precision import PrecisionConfig
+
+    return PrecisionConfig
+
+
 def _flatten(data: Mapping, prefix: str = "") -> dict:
     out = {}
     for k, v in data.items():
@@ -279,7 +291,7 @@ def _set_dotted(data: dict, dotted: str, value: Any) -> None:
     if parts == ["algo"]:
         data["algo"] = value
         return
-    sections = ("env", "train", "agent")
+    sections = ("env", "train", "agent", "precision")
     if parts[0] not in sections or len(parts) < 2:
         raise ConfigError(f"unknown key {dotted}: a key is section.field with section one of "
                           f"{', '.join(sections)}.{_close(parts[0], sections) if parts[0] not in sections else ''}")

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 
 from rmtjax.config import ConfigError
 from rmtjax.envs import make_env
+from rmtjax.precision import Precision
 
 
 class Agent:
@@ -18,7 +19,9 @@ class Agent:
     implement `init(key, hparams)`, `step(state)` and `act(params, obs, key)`.
 
     `state.hparams` holds the numbers a user may sweep or the meta-controller may move; the
-    rest of `Config` is static structure baked into the compiled program.
+    rest of `Config` is static structure baked into the compiled program. Every gradient
+    update goes through `self.precision.update` (see `rmtjax.precision`), whose per-seed state
+    is `state.precision`.
     """
 
     Config: type
@@ -29,6 +32,7 @@ class Agent:
         self.cfg = config.agent
         self.env = make_env(config.env)
         self.spec = self.env.spec
+        self.precision = Precision(config.precision)  # compute dtype, loss scaling, the update guard
 
     @property
     def steps_per_iteration(self) -> int:

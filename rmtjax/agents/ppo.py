@@ -2,7 +2,8 @@
 
 One iteration: roll out `rollout_len` steps in `num_envs` envs, compute GAE advantages
 (bootstrapping through time-limit truncations from the pre-reset observation, never through
-terminal states), then `num_epochs` passes of `num_minibatches` clipped-objective updates.
+terminal states), then `num_epochs` passes of `num_minibatches` clipped-objective updates,
+each through the precision guard (`rmtjax.precision`: a non-finite update is skipped).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from rmtjax.agents.base import Agent, hparam_metrics
 from rmtjax.config import ConfigError, Section, param
 from rmtjax.envs import VecEnvState, episode_metrics
 from rmtjax.networks import MLP
+from rmtjax.precision import PrecisionState, ema, summarize
 
 LOG_2PI = float(np.log(2 * np.pi))
 
@@ -38,7 +40,8 @@ class PPOConfig(Section):
     clip_eps: float = param(0.2, lo=0.0, lo_open=True, doc="PPO ratio clip")
     ent_coef: float = param(0.01, lo=0.0, doc="entropy bonus")
     vf_coef: float = param(0.5, lo=0.0, doc="value-loss weight")
-    max_grad_norm: float = param(0.5, lo=0.0, lo_open=True, doc="global-norm gradient clip")
+    max_grad_norm: float = param(0.5, lo=0.0, lo_open=True, doc="global-norm gradient clip (initial; see "
+                                                                "precision.clip_decay_to)")
     normalize_advantages: bool = param(True, doc="normalise advantages per minibatch")
     hidden: tuple[int, ...] = param((64, 64), lo=1, doc="hidden layer widths of actor and critic")
     activation: str = param("tanh", choices=("tanh", "relu", "gelu", "silu", "elu"))
@@ -71,6 +74,8 @@ class PPOState:
     opt_state: Any
     env_state: VecEnvState
     obs: jax.Array  # [num_envs, *obs_shape] current observation
+    value_loss_ema: jax.Array  # moving average of the value loss over iterations
+    precision: PrecisionState
     hparams: PPOHParams
     iteration: jax.Array
     env_steps: jax.Array
@@ -83,11 +88,13 @@ class ActorNet(nn.Module):
     out_dim: int
     continuous: bool
     init_log_std: float
+    dtype: Any = jnp.float32  # compute dtype; parameters and outputs are float32
 
     @nn.compact
     def __call__(self, obs):
-        x = MLP(self.hidden, self.activation)(obs)
-        out = nn.Dense(self.out_dim, kernel_init=nn.initializers.orthogonal(0.01))(x)
+        x = MLP(self.hidden, self.activation, dtype=self.dtype)(obs)
+        out = nn.Dense(self.out_dim, kernel_init=nn.initializers.orthogonal(0.01), dtype=self.dtype)(x)
+        out = out.astype(jnp.float32)
         if self.continuous:
             log_std = self.param("log_std", nn.initializers.constant(self.init_log_std), (self.out_dim,))
             return out, jnp.broadcast_to(log_std, out.shape)
@@ -97,11 +104,12 @@ class ActorNet(nn.Module):
 class CriticNet(nn.Module):
     hidden: tuple
     activation: str
+    dtype: Any = jnp.float32  # compute dtype; parameters and output are float32
 
     @nn.compact
     def __call__(self, obs):
-        x = MLP(self.hidden, self.activation)(obs)
-        return nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0))(x)[:, 0]
+        x = MLP(self.hidden, self.activation, dtype=self.dtype)(obs)
+        return nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0), dtype=self.dtype)(x)[:, 0].astype(jnp.float32)
 
 
 class PPO(Agent):
@@ -113,12 +121,15 @@ class PPO(Agent):
         c, spec = self.cfg, self.spec
         self.continuous = not spec.discrete
         out_dim = int(np.prod(spec.action_shape)) if self.continuous else spec.num_actions
-        self.actor = ActorNet(c.hidden, c.activation, out_dim, self.continuous, c.init_log_std)
-        self.critic = CriticNet(c.hidden, c.activation)
-        self.tx = optax.inject_hyperparams(
-            lambda learning_rate, max_grad_norm: optax.chain(
-                optax.clip_by_global_norm(max_grad_norm), optax.adam(learning_rate, eps=1e-5)),
-        )(learning_rate=c.lr, max_grad_norm=c.max_grad_norm)
+        # one module per compute dtype (same float32 parameters); `actor`/`critic` are the float32 ones
+        dtypes = {jnp.dtype(dt) for dt in (*self.precision.dtypes, jnp.float32)}
+        self.actors = {dt: ActorNet(c.hidden, c.activation, out_dim, self.continuous, c.init_log_std, dt)
+                       for dt in dtypes}
+        self.critics = {dt: CriticNet(c.hidden, c.activation, dt) for dt in dtypes}
+        self.actor, self.critic = self.actors[jnp.dtype(jnp.float32)], self.critics[jnp.dtype(jnp.float32)]
+        # clipping is done by the precision guard
+        self.tx = optax.inject_hyperparams(lambda learning_rate: optax.adam(learning_rate, eps=1e-5))(
+            learning_rate=c.lr)
 
     @property
     def steps_per_iteration(self) -> int:
@@ -152,8 +163,9 @@ class PPO(Agent):
         params = {"actor": self.actor.init(k_actor, obs), "critic": self.critic.init(k_critic, obs)}
         hp = self.default_hparams(hparams)
         opt_state = self.tx.init(params)
-        return PPOState(params, opt_state, env_state, obs, hp, jnp.zeros((), jnp.int32),
-                        jnp.zeros((), jnp.int32), key)
+        return PPOState(params=params, opt_state=opt_state, env_state=env_state, obs=obs,
+                        value_loss_ema=jnp.zeros(()), precision=self.precision.init(), hparams=hp,
+                        iteration=jnp.zeros((), jnp.int32), env_steps=jnp.zeros((), jnp.int32), key=key)
 
     def act(self, params, obs, key=None):
         """Greedy action: the mode of the policy (argmax, or the Gaussian mean)."""
@@ -162,16 +174,20 @@ class PPO(Agent):
             return logits.reshape((logits.shape[0],) + self.spec.action_shape)
         return jnp.argmax(logits, axis=-1)
 
+    def _forward(self, params, obs, dtype):
+        """(actor output, value) with the networks computing in `dtype`."""
+        return self.actors[jnp.dtype(dtype)].apply(params["actor"], obs), \
+            self.critics[jnp.dtype(dtype)].apply(params["critic"], obs)
+
     def step(self, state: PPOState):
-        c, hp = self.cfg, state.hparams
+        c, hp, prec = self.cfg, state.hparams, self.precision
 
         def env_step(carry, _):
             obs, env_state, key = carry
             key, k_act, k_env = jax.random.split(key, 3)
-            actor_out = self.actor.apply(state.params["actor"], obs)
+            actor_out, value = prec.select(state.precision, lambda dt: self._forward(state.params, obs, dt))
             action = self._sample(actor_out, k_act)
             log_prob, _ = self._log_prob_entropy(actor_out, action)
-            value = self.critic.apply(state.params["critic"], obs)
             next_obs, env_state, reward, term, trunc, info = self.env.step(k_env, env_state, action)
             tr = dict(obs=obs, action=action, log_prob=log_prob, value=value, reward=reward,
                       terminated=term, done=info["done"], final_obs=info["final_obs"])
@@ -183,7 +199,8 @@ class PPO(Agent):
         # value of the observation each step ended in (pre-reset): bootstraps truncations
         T, N = traj["reward"].shape
         flat_final = traj["final_obs"].reshape((T * N,) + traj["final_obs"].shape[2:])
-        next_value = self.critic.apply(state.params["critic"], flat_final).reshape(T, N)
+        next_value = prec.select(state.precision, lambda dt: self.critics[jnp.dtype(dt)].apply(
+            state.params["critic"], flat_final)).reshape(T, N)
         advantages = gae(traj["reward"], traj["value"], next_value, traj["terminated"], traj["done"],
                          hp.gamma, hp.gae_lambda)
         targets = advantages + traj["value"]
@@ -193,15 +210,14 @@ class PPO(Agent):
         batch["advantage"] = advantages.reshape(-1)
         batch["target"] = targets.reshape(-1)
 
-        frac = 1.0 - state.iteration.astype(jnp.float32) / self.num_iterations
-        lr = hp.lr * frac if c.anneal_lr else hp.lr
-        opt_state = state.opt_state._replace(
-            hyperparams={**state.opt_state.hyperparams, "learning_rate": lr, "max_grad_norm": hp.max_grad_norm})
+        progress = state.iteration.astype(jnp.float32) / self.num_iterations
+        lr = hp.lr * (1.0 - progress) if c.anneal_lr else hp.lr
+        clip = prec.clip_threshold(hp.max_grad_norm, progress)
+        opt_state = state.opt_state._replace(hyperparams={**state.opt_state.hyperparams, "learning_rate": lr})
 
-        def loss_fn(params, mb):
-            actor_out = self.actor.apply(params["actor"], mb["obs"])
+        def loss_fn(params, mb, dtype):
+            actor_out, value = self._forward(params, mb["obs"], dtype)
             log_prob, entropy = self._log_prob_entropy(actor_out, mb["action"])
-            value = self.critic.apply(params["critic"], mb["obs"])
             adv = mb["advantage"]
             if c.normalize_advantages:
                 adv = (adv - adv.mean()) / (adv.std() + 1e-8)
@@ -217,11 +233,10 @@ class PPO(Agent):
             return loss, aux
 
         def update_minibatch(carry, mb):
-            params, opt_state = carry
-            grads, aux = jax.grad(loss_fn, has_aux=True)(params, mb)
-            updates, opt_state = self.tx.update(grads, opt_state, params)
-            aux["grad_norm"] = optax.tree.norm(grads)
-            return (optax.apply_updates(params, updates), opt_state), aux
+            params, opt_state, prec_state = carry
+            params, opt_state, prec_state, _, aux, guard = prec.update(
+                prec_state, lambda p, dt: loss_fn(p, mb, dt), params, opt_state, self.tx, clip)
+            return (params, opt_state, prec_state), {**aux, **guard}
 
         def update_epoch(carry, k):
             perm = jax.random.permutation(k, T * N)
@@ -229,14 +244,18 @@ class PPO(Agent):
             return jax.lax.scan(update_minibatch, carry, mbs)
 
         key, k_epochs = jax.random.split(key)
-        (params, opt_state), aux = jax.lax.scan(
-            update_epoch, (state.params, opt_state), jax.random.split(k_epochs, c.num_epochs))
+        (params, opt_state, prec_state), aux = jax.lax.scan(
+            update_epoch, (state.params, opt_state, state.precision), jax.random.split(k_epochs, c.num_epochs))
+        stats = summarize(aux)  # means over the updates the guard accepted
+        value_loss_ema = ema(state.value_loss_ema, stats["value_loss"], stats["skipped_frac"] < 1.0)
 
         env_steps = state.env_steps + T * N
         new_state = state.replace(params=params, opt_state=opt_state, env_state=env_state, obs=obs,
+                                  value_loss_ema=value_loss_ema, precision=prec_state,
                                   iteration=state.iteration + 1, env_steps=env_steps, key=key)
-        metrics = {"env_steps": env_steps, **episode_metrics(state.env_state, env_state),
-                   **jax.tree.map(jnp.mean, aux), **hparam_metrics(hp), "lr_effective": lr}
+        metrics = {"env_steps": env_steps, **episode_metrics(state.env_state, env_state), **stats,
+                   "value_loss_ema": value_loss_ema, **hparam_metrics(hp), "lr_effective": lr,
+                   **prec.metrics(prec_state, clip)}
         return new_state, metrics
 
 

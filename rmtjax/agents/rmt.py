@@ -8,9 +8,15 @@ One iteration (see DESIGN.md):
    terminal state), give each its TD error under the current networks and store it — the
    tiered buffer routes it to the hot, warm or cold tier by that error;
 3. `num_updates` gradient steps on minibatches drawn across tiers with importance weights:
-   Double-DQN n-step targets, Huber loss, global-norm clipping, Adam with an injectable lr;
+   Double-DQN n-step targets, Huber loss, global-norm clipping, Adam with an injectable lr,
+   each through the precision guard (`rmtjax.precision`: a non-finite update is skipped);
    the new TD errors are written back, so items move between tiers;
-4. report diagnostics (tier shares, top-TD share, TD-error moving average, grad norm).
+4. report diagnostics (tier shares, top-TD share, TD-error moving average, grad norm, the
+   precision monitors).
+
+Networks compute in the precision policy's dtype; a transition whose TD error is not finite
+(a NaN in its reward or observation) gets priority 0, so it cannot poison the replay's
+statistics, and any update that samples it is skipped.
 
 Discrete actions use one Q head; continuous actions are discretised into `bins` values per
 dimension with one head per dimension, Q(s, a) = mean_d Q_d(s, a_d).
@@ -32,6 +38,7 @@ from rmtjax.agents.base import Agent, hparam_metrics
 from rmtjax.config import ConfigError, Section, param
 from rmtjax.envs import VecEnvState, episode_metrics
 from rmtjax.networks import TORSOS, PerDimQHead, QHead, QNetwork, make_torso
+from rmtjax.precision import PrecisionState, ema, finite_abs, summarize
 from rmtjax.replay import make_replay
 
 
@@ -53,7 +60,8 @@ class RMTConfig(Section):
     target_update_every: int = param(500, lo=1, doc="gradient steps between hard target updates")
     tau: float = param(0.005, lo=0.0, hi=1.0, lo_open=True, doc="Polyak rate")
     huber_delta: float = param(1.0, lo=0.0, lo_open=True)
-    max_grad_norm: float = param(10.0, lo=0.0, lo_open=True)
+    max_grad_norm: float = param(0.5, lo=0.0, lo_open=True, doc="global-norm gradient clip (initial; see "
+                                                                 "precision.clip_decay_to)")
     # network
     torso: str = param("fractal", choices=TORSOS)
     hidden: tuple[int, ...] = param((128, 128), lo=1, doc="MLP widths, or (width,) × blocks for fractal/residual")
@@ -137,6 +145,7 @@ class RMTState:
     replay: Any
     log_temperature: jax.Array
     td_ema: jax.Array  # moving average of |TD error| over learning steps
+    precision: PrecisionState
     hparams: RMTHParams
     iteration: jax.Array
     env_steps: jax.Array
@@ -153,20 +162,21 @@ class RMT(Agent):
         self.cfg = self.settings(config.agent)
         c, spec = self.cfg, self.spec
         self.per_dim = not spec.discrete
-        dtype = jnp.float32
-        torso = make_torso(c.torso, c.hidden, c.activation, c.layer_norm, dtype)
         if self.per_dim:
             self.num_dims = int(np.prod(spec.action_shape))
-            head = PerDimQHead(self.num_dims, c.bins, c.dueling, dtype)
             self.action_values = np.linspace(spec.action_low.reshape(-1), spec.action_high.reshape(-1), c.bins).T
-        else:
-            head = QHead(spec.num_actions, c.dueling, dtype)
-        self.net = QNetwork(torso, head)
+
+        def net(dtype):
+            torso = make_torso(c.torso, c.hidden, c.activation, c.layer_norm, dtype)
+            head = (PerDimQHead(self.num_dims, c.bins, c.dueling, dtype) if self.per_dim
+                    else QHead(spec.num_actions, c.dueling, dtype))
+            return QNetwork(torso, head)
+
+        # one module per compute dtype (same float32 parameters); `net` is the float32 one
+        self.nets = {jnp.dtype(dt): net(dt) for dt in {*self.precision.dtypes, jnp.float32}}
+        self.net = self.nets[jnp.dtype(jnp.float32)]
         self.num_updates = max(1, round(c.updates_per_step * config.env.num_envs * c.rollout_len))
-        self.tx = optax.inject_hyperparams(
-            lambda learning_rate, max_grad_norm: optax.chain(
-                optax.clip_by_global_norm(max_grad_norm), optax.adam(learning_rate)),
-        )(learning_rate=c.lr, max_grad_norm=c.max_grad_norm)
+        self.tx = optax.inject_hyperparams(optax.adam)(learning_rate=c.lr)  # clipping: in the precision guard
         self.replay = make_replay(c.replay, capacity=c.buffer_size, fractions=c.tier_fractions,
                                   proportions=c.tier_proportions, alpha=c.priority_alpha)
 
@@ -180,8 +190,9 @@ class RMT(Agent):
         return self.config.env.num_envs * self.cfg.rollout_len
 
     # -- Q-value helpers: q_all is [B, A] or [B, D, bins]; an action is [B] or [B, D] -------------
-    def q_values(self, params, obs):
-        return self.net.apply(params, obs)
+    def q_values(self, params, obs, dtype=jnp.float32):
+        """Q of every action, float32, with the network computing in `dtype`."""
+        return self.nets[jnp.dtype(dtype)].apply(params, obs)
 
     @staticmethod
     def _q_of(q_all, action):
@@ -225,19 +236,19 @@ class RMT(Agent):
             "terminated": window.terminated[rows, first_end],
         }
 
-    def _targets(self, params, target_params, batch, gamma):
-        """n-step (Double-)DQN targets [B] for stored transitions."""
+    def _targets(self, params, target_params, batch, gamma, dtype=jnp.float32):
+        """n-step (Double-)DQN targets [B] for stored transitions (float32; networks in `dtype`)."""
         n = self.cfg.n_step
         ret = (batch["rewards"] * gamma ** jnp.arange(n, dtype=jnp.float32)).sum(-1)
-        q_next_target = self.q_values(target_params, batch["boot_obs"])
-        chooser = self.q_values(params, batch["boot_obs"]) if self.cfg.double_q else q_next_target
+        q_next_target = self.q_values(target_params, batch["boot_obs"], dtype)
+        chooser = self.q_values(params, batch["boot_obs"], dtype) if self.cfg.double_q else q_next_target
         boot = self._q_of(q_next_target, jnp.argmax(chooser, axis=-1))
         discount = gamma ** batch["steps"].astype(jnp.float32) * (1.0 - batch["terminated"].astype(jnp.float32))
         return jax.lax.stop_gradient(ret + discount * boot)
 
-    def _td_error(self, params, target_params, batch, gamma):
-        q = self._q_of(self.q_values(params, batch["obs"]), batch["action"])
-        return self._targets(params, target_params, batch, gamma) - q
+    def _td_error(self, params, target_params, batch, gamma, dtype=jnp.float32):
+        q = self._q_of(self.q_values(params, batch["obs"], dtype), batch["action"])
+        return self._targets(params, target_params, batch, gamma, dtype) - q
 
     # -- protocol ------------------------------------------------------------------------------
     def init(self, key, hparams=None) -> RMTState:
@@ -269,7 +280,7 @@ class RMT(Agent):
         return RMTState(
             params=params, target_params=params, opt_state=self.tx.init(params), env_state=env_state, obs=obs,
             window=window, replay=self.replay.init(example), log_temperature=jnp.log(jnp.float32(c.init_temperature)),
-            td_ema=jnp.zeros(()), hparams=hp, iteration=jnp.zeros((), jnp.int32),
+            td_ema=jnp.zeros(()), precision=self.precision.init(), hparams=hp, iteration=jnp.zeros((), jnp.int32),
             env_steps=jnp.asarray(N * (c.n_step - 1), jnp.int32), grad_steps=jnp.zeros((), jnp.int32), key=key)
 
     def step(self, state: RMTState):
@@ -280,16 +291,19 @@ class RMT(Agent):
                                                    c.eps_decay_frac)
         beta = hp.beta_start + (1.0 - hp.beta_start) * progress
         boltzmann = c.exploration == "eps_boltzmann"
+        prec = self.precision
+        clip = prec.clip_threshold(hp.max_grad_norm, progress)
 
         # 1. act
         def env_step(carry, k):
             obs, env_state, window, log_temp = carry
             k_act, k_env = jax.random.split(k)
-            q = self.q_values(state.params, obs)
+            q = prec.select(state.precision, lambda dt: self.q_values(state.params, obs, dt))
             action, info = exploration.select_action(k_act, q, epsilon, jnp.exp(log_temp), boltzmann)
             if boltzmann:
-                log_temp = exploration.adapt_temperature(log_temp, info["policy_entropy"],
-                                                         entropy_frac * info["max_entropy"], hp.temperature_lr)
+                adapted = exploration.adapt_temperature(log_temp, info["policy_entropy"],
+                                                        entropy_frac * info["max_entropy"], hp.temperature_lr)
+                log_temp = jnp.where(jnp.isfinite(adapted), adapted, log_temp)  # a NaN observation must not stick
             next_obs, env_state, reward, term, _, env_info = self.env.step(k_env, env_state, self.env_action(action))
             window = self._push(window, obs, action, reward, term, env_info["done"], env_info["final_obs"])
             return (next_obs, env_state, window, log_temp), (self._emit(window), info)
@@ -301,63 +315,63 @@ class RMT(Agent):
         new = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), new)  # [T*N, ...]
 
         # 2. store with the TD error of the current networks
-        td_new = self._td_error(state.params, state.target_params, new, hp.gamma)
-        replay = self.replay.add(state.replay, new, jnp.abs(td_new))
+        td_new = prec.select(state.precision,
+                             lambda dt: self._td_error(state.params, state.target_params, new, hp.gamma, dt))
+        replay = self.replay.add(state.replay, new, finite_abs(td_new))
         env_steps = state.env_steps + self.steps_per_iteration
 
         # 3. learn
-        opt_state = state.opt_state._replace(hyperparams={
-            **state.opt_state.hyperparams, "learning_rate": hp.lr, "max_grad_norm": hp.max_grad_norm})
+        opt_state = state.opt_state._replace(hyperparams={**state.opt_state.hyperparams, "learning_rate": hp.lr})
 
         def update(carry, k):
-            params, target_params, opt_state, replay, grad_steps = carry
+            params, target_params, opt_state, replay, grad_steps, prec_state = carry
             batch, info = self.replay.sample(replay, k, c.batch_size, beta)
 
-            def loss_fn(p):
-                q = self._q_of(self.q_values(p, batch["obs"]), batch["action"])
-                td = self._targets(p, target_params, batch, hp.gamma) - q
+            def loss_fn(p, dtype):
+                q = self._q_of(self.q_values(p, batch["obs"], dtype), batch["action"])
+                td = self._targets(p, target_params, batch, hp.gamma, dtype) - q
                 return (info.weight * optax.huber_loss(td, delta=c.huber_delta)).mean(), (td, q)
 
-            (loss, (td, q)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
-            updates, opt_state = self.tx.update(grads, opt_state, params)
-            params = optax.apply_updates(params, updates)
+            params, opt_state, prec_state, loss, (td, q), guard = prec.update(
+                prec_state, loss_fn, params, opt_state, self.tx, clip)
             grad_steps = grad_steps + 1
             if c.target_update == "polyak":
                 target_params = optax.incremental_update(params, target_params, hp.tau)
             else:
                 target_params = jax.tree.map(lambda t, p: jnp.where(grad_steps % c.target_update_every == 0, p, t),
                                              target_params, params)
-            stats = {"loss": loss, "grad_norm": optax.tree.norm(grads), "td_abs": jnp.abs(td).mean(),
-                     "q_mean": q.mean()}  # Q of the minibatch before this step (no extra forward pass)
+            stats = {"loss": loss, "td_abs": jnp.abs(td).mean(), "q_mean": q.mean(), **guard}
+            # (q_mean: Q of the minibatch before this step, no extra forward pass)
             # the write-back comes last: reading the batch after it would make XLA copy the buffer
-            replay = self.replay.update(replay, info, jnp.abs(td))
-            return (params, target_params, opt_state, replay, grad_steps), (stats, info)
+            replay = self.replay.update(replay, info, finite_abs(td))
+            return (params, target_params, opt_state, replay, grad_steps, prec_state), (stats, info)
 
         def learn(args):
             k_updates, k_stats = jax.random.split(k_learn)
             args, (stats, infos) = jax.lax.scan(update, args, jax.random.split(k_updates, self.num_updates))
             # sampling diagnostics of the iteration's last minibatch (the top-TD share costs a sort)
             last = jax.tree.map(lambda x: x[-1], infos)
-            stats = {**jax.tree.map(lambda x: x.mean(0), stats), **self.replay.batch_stats(args[3], last, k_stats)}
+            stats = {**summarize(stats), **self.replay.batch_stats(args[3], last, k_stats)}
             return args, stats
 
-        carry = (state.params, state.target_params, opt_state, replay, state.grad_steps)
+        carry = (state.params, state.target_params, opt_state, replay, state.grad_steps, state.precision)
         stats_shape = jax.eval_shape(learn, carry)[1]
         skip = lambda args: (args, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), stats_shape))
         learning = env_steps >= c.learning_starts
-        (params, target_params, opt_state, replay, grad_steps), stats = jax.lax.cond(learning, learn, skip, carry)
-        td_ema = jnp.where(learning, jnp.where(state.td_ema == 0, stats["td_abs"], 0.99 * state.td_ema + 0.01 * stats["td_abs"]),
-                           state.td_ema)
+        (params, target_params, opt_state, replay, grad_steps, prec_state), stats = jax.lax.cond(
+            learning, learn, skip, carry)
+        td_ema = ema(state.td_ema, stats["td_abs"], learning & (stats["skipped_frac"] < 1.0))
 
         new_state = state.replace(
             params=params, target_params=target_params, opt_state=opt_state, env_state=env_state, obs=obs,
-            window=window, replay=replay, log_temperature=log_temp, td_ema=td_ema, iteration=state.iteration + 1,
+            window=window, replay=replay, log_temperature=log_temp, td_ema=td_ema, precision=prec_state,
+            iteration=state.iteration + 1,
             env_steps=env_steps, grad_steps=grad_steps, key=key)
         metrics = {
             "env_steps": env_steps, **episode_metrics(state.env_state, env_state), **stats,
             "td_error_ema": td_ema, "epsilon": epsilon, "temperature": jnp.exp(log_temp), "beta": beta,
             "policy_entropy": act_info["policy_entropy"].mean(), "explore_frac": act_info["explore_frac"].mean(),
-            "nongreedy_frac": act_info["nongreedy_frac"].mean(), "td_new_abs": jnp.abs(td_new).mean(),
-            **self.replay.buffer_stats(replay), **hparam_metrics(hp),
+            "nongreedy_frac": act_info["nongreedy_frac"].mean(), "td_new_abs": finite_abs(td_new).mean(),
+            **self.replay.buffer_stats(replay), **hparam_metrics(hp), **prec.metrics(prec_state, clip),
         }
         return new_state, metrics

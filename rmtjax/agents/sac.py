@@ -3,7 +3,8 @@
 One iteration: one step in each of `num_envs` envs (uniformly random actions until
 `learning_starts` env steps), the transitions written to a uniform ring buffer, then
 `updates_per_step` gradient updates, each of the critics, the actor and the temperature,
-followed by a Polyak update of the target critics.
+followed by a Polyak update of the target critics. Each of the three goes through the
+precision guard (`rmtjax.precision`): a non-finite one is skipped.
 
 The policy acts in [-1, 1]^|A| (the tanh of a Gaussian sample), which is what the critics see
 and the buffer stores; the env gets it rescaled to its box. Log-probabilities are those of the
@@ -27,6 +28,7 @@ from rmtjax.agents.base import Agent, hparam_metrics
 from rmtjax.config import ConfigError, Section, param
 from rmtjax.envs import VecEnvState, episode_metrics
 from rmtjax.networks import MLP
+from rmtjax.precision import PrecisionState, ema, summarize
 from rmtjax.replay import ring
 
 LOG_2PI = float(np.log(2 * np.pi))
@@ -51,6 +53,8 @@ class SACConfig(Section):
     activation: str = param("relu", choices=("tanh", "relu", "gelu", "silu", "elu"))
     log_std_min: float = param(-5.0, lo=-20.0, hi=0.0, doc="lower bound of the actor's pre-tanh log std")
     log_std_max: float = param(2.0, lo=-5.0, hi=5.0, doc="upper bound of the actor's pre-tanh log std")
+    max_grad_norm: float = param(0.0, lo=0.0, doc="global-norm clip of the actor's and the critics' gradients "
+                                                  "(initial; see precision.clip_decay_to); 0: no clipping")
 
     def validate(self):
         if self.log_std_min >= self.log_std_max:
@@ -79,6 +83,7 @@ class SACHParams:
     gamma: jax.Array
     tau: jax.Array
     target_entropy_scale: jax.Array
+    max_grad_norm: jax.Array
 
 
 @struct.dataclass
@@ -90,6 +95,8 @@ class SACState:
     env_state: VecEnvState
     obs: jax.Array  # [num_envs, *obs_shape] current observation
     replay: ring.RingState  # obs, action ([-1, 1]), reward, next_obs (pre-reset), terminated
+    td_error_ema: jax.Array  # moving average of the critics' mean |TD error|
+    precision: PrecisionState
     hparams: SACHParams
     iteration: jax.Array
     env_steps: jax.Array
@@ -127,13 +134,14 @@ class TanhGaussianActor(nn.Module):
     action_dim: int
     log_std_min: float
     log_std_max: float
+    dtype: Any = jnp.float32  # compute dtype; parameters and outputs are float32
 
     @nn.compact
     def __call__(self, obs):
-        x = MLP(self.hidden, self.activation)(obs)
-        mean = nn.Dense(self.action_dim)(x)
+        x = MLP(self.hidden, self.activation, dtype=self.dtype)(obs)
+        mean = nn.Dense(self.action_dim, dtype=self.dtype)(x).astype(jnp.float32)
         # a smooth squash into [min, max] keeps a gradient at the bounds, unlike a clip
-        raw = nn.Dense(self.action_dim)(x)
+        raw = nn.Dense(self.action_dim, dtype=self.dtype)(x).astype(jnp.float32)
         log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (jnp.tanh(raw) + 1.0)
         return mean, log_std
 
@@ -143,11 +151,13 @@ class QNet(nn.Module):
 
     hidden: tuple
     activation: str
+    dtype: Any = jnp.float32  # compute dtype; parameters and output are float32
 
     @nn.compact
     def __call__(self, obs, action):
         x = jnp.concatenate([obs.reshape((obs.shape[0], -1)).astype(jnp.float32), action], axis=-1)
-        return nn.Dense(1)(MLP(self.hidden, self.activation)(x))[:, 0]
+        x = MLP(self.hidden, self.activation, dtype=self.dtype)(x)
+        return nn.Dense(1, dtype=self.dtype)(x)[:, 0].astype(jnp.float32)
 
 
 class SAC(Agent):
@@ -161,8 +171,12 @@ class SAC(Agent):
         low, high = spec.action_low.reshape(-1), spec.action_high.reshape(-1)
         self.center = jnp.asarray((high + low) / 2, jnp.float32)
         self.half_range = jnp.asarray((high - low) / 2, jnp.float32)
-        self.actor = TanhGaussianActor(c.hidden, c.activation, self.action_dim, c.log_std_min, c.log_std_max)
-        self.critic = QNet(c.hidden, c.activation)
+        # one module per compute dtype (same float32 parameters); `actor`/`critic` are the float32 ones
+        dtypes = {jnp.dtype(dt) for dt in (*self.precision.dtypes, jnp.float32)}
+        self.actors = {dt: TanhGaussianActor(c.hidden, c.activation, self.action_dim, c.log_std_min, c.log_std_max,
+                                             dt) for dt in dtypes}
+        self.critics = {dt: QNet(c.hidden, c.activation, dt) for dt in dtypes}
+        self.actor, self.critic = self.actors[jnp.dtype(jnp.float32)], self.critics[jnp.dtype(jnp.float32)]
         self.tx = optax.inject_hyperparams(optax.adam)(learning_rate=1e-3)  # rates are set from hparams
 
     @property
@@ -175,20 +189,21 @@ class SAC(Agent):
         a = self.center + self.half_range * unit_action
         return a.reshape((a.shape[0],) + self.spec.action_shape)
 
-    def _sample(self, actor_params, obs, key):
-        """A policy sample in [-1, 1]^A and the log-probability of its rescaled version."""
-        mean, log_std = self.actor.apply(actor_params, obs)
+    def _sample(self, actor_params, obs, key, dtype=jnp.float32):
+        """A policy sample in [-1, 1]^A and the log-probability of its rescaled version (actor in `dtype`)."""
+        mean, log_std = self.actors[jnp.dtype(dtype)].apply(actor_params, obs)
         u = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
         return jnp.tanh(u), tanh_gaussian_log_prob(mean, log_std, u, self.half_range)
 
-    def _q(self, critic_params, obs, unit_action):
-        """Both critics: [2, B]."""
-        return jax.vmap(self.critic.apply, in_axes=(0, None, None))(critic_params, obs, unit_action)
+    def _q(self, critic_params, obs, unit_action, dtype=jnp.float32):
+        """Both critics: [2, B] (computing in `dtype`)."""
+        critic = self.critics[jnp.dtype(dtype)]
+        return jax.vmap(critic.apply, in_axes=(0, None, None))(critic_params, obs, unit_action)
 
-    def td_target(self, actor_params, target_critic, alpha, batch, key, gamma):
-        """The soft TD target [B] of a replay batch (next actions from the current actor)."""
-        next_action, next_log_prob = self._sample(actor_params, batch["next_obs"], key)
-        next_q = self._q(target_critic, batch["next_obs"], next_action).min(axis=0)
+    def td_target(self, actor_params, target_critic, alpha, batch, key, gamma, dtype=jnp.float32):
+        """The soft TD target [B] of a replay batch (next actions from the current actor), float32."""
+        next_action, next_log_prob = self._sample(actor_params, batch["next_obs"], key, dtype)
+        next_q = self._q(target_critic, batch["next_obs"], next_action, dtype).min(axis=0)
         return soft_td_target(batch["reward"], batch["terminated"], next_q, next_log_prob, alpha, gamma)
 
     def _set_lrs(self, opt_state, hp):
@@ -213,62 +228,69 @@ class SAC(Agent):
                    "next_obs": obs[0], "terminated": jnp.zeros((), bool)}
         replay = ring.init(example, self.cfg.buffer_size)
         zero = jnp.zeros((), jnp.int32)
-        return SACState(params, critic, opt_state, log_alpha, env_state, obs, replay, hp, zero, zero, zero, key)
+        return SACState(params=params, target_critic=critic, opt_state=opt_state, log_alpha=log_alpha,
+                        env_state=env_state, obs=obs, replay=replay, td_error_ema=jnp.zeros(()),
+                        precision=self.precision.init(), hparams=hp, iteration=zero, env_steps=zero, updates=zero,
+                        key=key)
 
     def act(self, params, obs, key=None):
         """Greedy action: the rescaled tanh of the Gaussian mean."""
         mean, _ = self.actor.apply(params["actor"], obs)
         return self._to_env(jnp.tanh(mean))
 
-    def _update(self, learner, key, replay, hp):
-        """One gradient update of critics, actor and temperature, then the target critics."""
-        params, target_critic, opt_state, log_alpha = learner
+    def _update(self, learner, key, replay, hp, clip):
+        """One gradient update of critics, actor and temperature (each guarded), then the target critics."""
+        params, target_critic, opt_state, log_alpha, ps = learner
+        prec = self.precision
         k_sample, k_next, k_pi = jax.random.split(key, 3)
         batch, _ = ring.sample(replay, k_sample, self.cfg.batch_size)
         alpha = jnp.exp(log_alpha)
 
-        target = self.td_target(params["actor"], target_critic, alpha, batch, k_next, hp.gamma)
+        target = prec.select(ps, lambda dt: self.td_target(params["actor"], target_critic, alpha, batch, k_next,
+                                                           hp.gamma, dt))
 
-        def critic_loss_fn(cp):
-            q = self._q(cp, batch["obs"], batch["action"])
-            return 0.5 * jnp.sum(jnp.mean((q - target) ** 2, axis=1)), q.mean()
+        def critic_loss_fn(cp, dtype):
+            q = self._q(cp, batch["obs"], batch["action"], dtype)
+            return 0.5 * jnp.sum(jnp.mean((q - target) ** 2, axis=1)), (q.mean(), jnp.abs(q - target).mean())
 
-        (critic_loss, q_mean), c_grads = jax.value_and_grad(critic_loss_fn, has_aux=True)(params["critic"])
-        c_updates, c_opt = self.tx.update(c_grads, opt_state["critic"], params["critic"])
-        critic = optax.apply_updates(params["critic"], c_updates)
+        critic, c_opt, ps, critic_loss, (q_mean, td_abs), c_guard = prec.update(
+            ps, critic_loss_fn, params["critic"], opt_state["critic"], self.tx, clip)
 
-        def actor_loss_fn(ap):
-            action, log_prob = self._sample(ap, batch["obs"], k_pi)
-            q = self._q(critic, batch["obs"], action).min(axis=0)
+        def actor_loss_fn(ap, dtype):
+            action, log_prob = self._sample(ap, batch["obs"], k_pi, dtype)
+            q = self._q(critic, batch["obs"], action, dtype).min(axis=0)
             return jnp.mean(alpha * log_prob - q), log_prob
 
-        (actor_loss, log_prob), a_grads = jax.value_and_grad(actor_loss_fn, has_aux=True)(params["actor"])
-        a_updates, a_opt = self.tx.update(a_grads, opt_state["actor"], params["actor"])
-        actor = optax.apply_updates(params["actor"], a_updates)
+        actor, a_opt, ps, actor_loss, log_prob, a_guard = prec.update(
+            ps, actor_loss_fn, params["actor"], opt_state["actor"], self.tx, clip)
 
         target_entropy = -hp.target_entropy_scale * self.action_dim
         entropy = -jnp.mean(log_prob)
 
-        def alpha_loss_fn(la):
-            return la * (entropy - target_entropy)  # alpha grows while entropy is below target
+        def alpha_loss_fn(la, dtype):
+            return la * (entropy - target_entropy), ()  # alpha grows while entropy is below target
 
-        alpha_loss, al_grad = jax.value_and_grad(alpha_loss_fn)(log_alpha)
-        al_update, al_opt = self.tx.update(al_grad, opt_state["alpha"], log_alpha)
-        log_alpha = optax.apply_updates(log_alpha, al_update)
+        log_alpha, al_opt, ps, alpha_loss, _, al_guard = prec.update(
+            ps, alpha_loss_fn, log_alpha, opt_state["alpha"], self.tx)
 
         target_critic = polyak(target_critic, critic, hp.tau)
+        skipped = jnp.maximum(jnp.maximum(c_guard["update_skipped"], a_guard["update_skipped"]),
+                              al_guard["update_skipped"])
         metrics = {"critic_loss": critic_loss, "actor_loss": actor_loss, "alpha_loss": alpha_loss,
-                   "entropy": entropy, "q_mean": q_mean, "target_q_mean": target.mean(),
-                   "critic_grad_norm": optax.tree.norm(c_grads), "actor_grad_norm": optax.tree.norm(a_grads)}
+                   "entropy": entropy, "q_mean": q_mean, "target_q_mean": target.mean(), "td_abs": td_abs,
+                   "critic_grad_norm": c_guard["grad_norm"], "actor_grad_norm": a_guard["grad_norm"],
+                   "update_skipped": skipped}
         new_opt = {"actor": a_opt, "critic": c_opt, "alpha": al_opt}
-        return ({"actor": actor, "critic": critic}, target_critic, new_opt, log_alpha), metrics
+        return ({"actor": actor, "critic": critic}, target_critic, new_opt, log_alpha, ps), metrics
 
     def step(self, state: SACState):
-        c, hp = self.cfg, state.hparams
+        c, hp, prec = self.cfg, state.hparams, self.precision
         key, k_act, k_rand, k_env, k_learn = jax.random.split(state.key, 5)
+        clip = prec.clip_threshold(hp.max_grad_norm, state.iteration.astype(jnp.float32) / self.num_iterations)
 
         # act: uniformly random until learning starts, then a policy sample
-        policy_action, _ = self._sample(state.params["actor"], state.obs, k_act)
+        policy_action, _ = prec.select(state.precision,
+                                       lambda dt: self._sample(state.params["actor"], state.obs, k_act, dt))
         random_action = jax.random.uniform(k_rand, policy_action.shape, minval=-1.0, maxval=1.0)
         action = jnp.where(state.env_steps < c.learning_starts, random_action, policy_action)
         obs, env_state, reward, terminated, _, info = self.env.step(k_env, state.env_state, self._to_env(action))
@@ -277,22 +299,27 @@ class SAC(Agent):
         env_steps = state.env_steps + self.config.env.num_envs
 
         # learn: `updates_per_step` updates once `learning_starts` env steps are in the buffer
-        learner = (state.params, state.target_critic, self._set_lrs(state.opt_state, hp), state.log_alpha)
+        learner = (state.params, state.target_critic, self._set_lrs(state.opt_state, hp), state.log_alpha,
+                   state.precision)
 
         def learn(learner):
-            out, m = jax.lax.scan(lambda l, k: self._update(l, k, replay, hp), learner,
+            out, m = jax.lax.scan(lambda l, k: self._update(l, k, replay, hp, clip), learner,
                                   jax.random.split(k_learn, c.updates_per_step))
-            return out, jax.tree.map(jnp.mean, m)
+            return out, summarize(m)  # means over the updates the guard accepted
 
         zero_metrics = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(learn, learner)[1])
         learning = env_steps >= c.learning_starts
         learner, update_metrics = jax.lax.cond(learning, learn, lambda l: (l, zero_metrics), learner)
-        params, target_critic, opt_state, log_alpha = learner
+        params, target_critic, opt_state, log_alpha, prec_state = learner
+        td_error_ema = ema(state.td_error_ema, update_metrics["td_abs"],
+                           learning & (update_metrics["skipped_frac"] < 1.0))
 
         new_state = state.replace(
             params=params, target_critic=target_critic, opt_state=opt_state, log_alpha=log_alpha,
-            env_state=env_state, obs=obs, replay=replay, iteration=state.iteration + 1, env_steps=env_steps,
+            env_state=env_state, obs=obs, replay=replay, td_error_ema=td_error_ema, precision=prec_state,
+            iteration=state.iteration + 1, env_steps=env_steps,
             updates=state.updates + jnp.where(learning, c.updates_per_step, 0), key=key)
         metrics = {"env_steps": env_steps, **episode_metrics(state.env_state, env_state), **update_metrics,
-                   **hparam_metrics(hp), "alpha": jnp.exp(log_alpha), "updates": new_state.updates, "buffer_size": replay.size}
+                   **hparam_metrics(hp), "alpha": jnp.exp(log_alpha), "updates": new_state.updates,
+                   "buffer_size": replay.size, "td_error_ema": td_error_ema, **prec.metrics(prec_state, clip)}
         return new_state, metrics

@@ -1,0 +1,244 @@
+"""Precision policy, dynamic loss scaling, the non-finite guard and precision escalation.
+
+A run computes its networks in `precision.compute`:
+
+- `fp32`: everything in float32;
+- `bf16`: network compute (matmuls, activations, layer norms) in bfloat16; parameters,
+  optimiser state, TD targets and losses in float32 (heads cast their outputs to float32);
+- `fp16`: as bf16 but in float16, with dynamic loss scaling: the loss is multiplied by a scale
+  before the backward pass and the gradients divided by it; the scale doubles after
+  `loss_scale_growth_interval` finite updates in a row and halves on an overflow, within
+  [`loss_scale_min`, `loss_scale_max`].
+
+Every gradient update of every agent goes through `Precision.update`, the guard: an update
+whose loss or gradients are not finite is skipped (parameters and optimiser state unchanged)
+and counted. After `escalate_after_consecutive` non-finite updates in a row, or
+`escalate_after_total` of them, while low precision is in force, the run escalates to fp32 for
+`escalate_cooldown` guarded updates (0: for the rest of the run), then tries low precision
+again. The switch happens inside the compiled loop: both the low-precision and the fp32
+computations are traced and the flag in `PrecisionState` picks one (under `vmap` over seeds
+the pick becomes a select, so both are computed; set both escalation thresholds to 0 to trace
+the low-precision path alone).
+
+The guard also clips the gradients by global norm (the agent passes the threshold in force,
+see `clip_threshold`), so the norm is computed once per update and reported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from rmtjax.config import ConfigError, Section, param
+
+LOW_DTYPES = {"bf16": jnp.bfloat16, "fp16": jnp.float16}
+BITS = {"fp32": 32, "bf16": 16, "fp16": 16}
+
+
+@dataclasses.dataclass(frozen=True)
+class PrecisionConfig(Section):
+    """Compute precision of the networks and the numerical safety net of every update."""
+
+    _section = "precision"
+    compute: str = param("fp32", choices=("fp32", "bf16", "fp16"),
+                         doc="network compute dtype; parameters, optimiser state, targets and losses stay float32")
+    loss_scale_init: float = param(2.0**15, lo=0.0, lo_open=True, doc="fp16: initial loss scale")
+    loss_scale_growth_interval: int = param(2000, lo=1, doc="fp16: finite updates in a row before the scale doubles")
+    loss_scale_min: float = param(1.0, lo=0.0, lo_open=True, doc="fp16: the scale never halves below this")
+    loss_scale_max: float = param(2.0**24, lo=0.0, lo_open=True, doc="fp16: the scale never doubles above this")
+    escalate_after_consecutive: int = param(10, lo=0, doc="bf16/fp16: switch to fp32 after this many non-finite "
+                                                          "updates in a row; 0 never")
+    escalate_after_total: int = param(0, lo=0, doc="bf16/fp16: switch to fp32 after this many non-finite updates "
+                                                   "in all (counted since low precision was last entered); 0 never")
+    escalate_cooldown: int = param(0, lo=0, doc="guarded updates run in fp32 after an escalation before low "
+                                                "precision is tried again; 0: fp32 for the rest of the run")
+    clip_decay_to: float = param(1.0, lo=0.0, hi=1.0, doc="the gradient-clip threshold decays linearly over "
+                                                          "training from agent.max_grad_norm to this share of it")
+
+    def validate(self):
+        if not self.loss_scale_min <= self.loss_scale_init <= self.loss_scale_max:
+            raise ConfigError(f"precision.loss_scale_init: {self.loss_scale_init} must lie within "
+                              f"[precision.loss_scale_min, precision.loss_scale_max] = "
+                              f"[{self.loss_scale_min}, {self.loss_scale_max}]")
+        defaults = PrecisionConfig.__dataclass_fields__
+        # settings that would have no effect are refused rather than ignored
+        if self.compute != "fp16":
+            for name in ("loss_scale_init", "loss_scale_growth_interval", "loss_scale_min", "loss_scale_max"):
+                if getattr(self, name) != defaults[name].default:
+                    raise ConfigError(f"precision.{name}: loss scaling applies only with precision.compute: fp16 "
+                                      f"(it is {self.compute!r}); remove the setting or set compute to fp16")
+        if self.compute == "fp32":
+            for name in ("escalate_after_consecutive", "escalate_after_total", "escalate_cooldown"):
+                if getattr(self, name) != defaults[name].default:
+                    raise ConfigError(f"precision.{name}: escalation to fp32 applies only with precision.compute "
+                                      f"bf16 or fp16 (it is 'fp32'); remove the setting or choose a low precision")
+
+
+@struct.dataclass
+class PrecisionState:
+    """Per-seed state of the policy; all scalars."""
+
+    low: jax.Array  # bool: low precision in force (False: fp32, by config or after an escalation)
+    loss_scale: jax.Array  # float32: the fp16 loss scale (used only while fp16 is in force)
+    good_streak: jax.Array  # finite updates since the scale last changed or an overflow
+    bad_streak: jax.Array  # non-finite updates in a row while low precision is in force
+    bad_total: jax.Array  # non-finite updates since low precision was last entered
+    cooldown_left: jax.Array  # guarded updates left in fp32 before low precision returns
+    skipped: jax.Array  # updates skipped by the guard, in all
+    escalations: jax.Array  # times the run switched to fp32
+
+
+def tree_where(cond, a, b):
+    return jax.tree.map(lambda x, y: jnp.where(cond, x, y), a, b)
+
+
+def ema(previous, value, valid, rate: float = 0.01):
+    """A moving average that starts at the first valid value and ignores invalid ones."""
+    started = jnp.where(previous == 0, value, (1.0 - rate) * previous + rate * value)
+    return jnp.where(valid & jnp.isfinite(value), started, previous)
+
+
+def finite_abs(x):
+    """|x| with non-finite entries as 0 (for priorities and statistics a NaN must not poison)."""
+    return jnp.where(jnp.isfinite(x), jnp.abs(x), 0.0)
+
+
+def summarize(stats: dict) -> dict:
+    """Mean over a scan of guarded updates: each statistic over the accepted updates only (0 if
+    none was accepted), plus `skipped_frac`, the share of updates skipped."""
+    skipped = stats["update_skipped"].reshape(-1)
+    ok = 1.0 - skipped
+    n = jnp.maximum(ok.sum(), 1.0)
+    out = {}
+    for k, v in stats.items():
+        if k == "update_skipped":
+            continue
+        v = v.reshape(-1)
+        out[k] = jnp.where(ok > 0, v, 0.0).sum() / n
+    out["skipped_frac"] = skipped.mean()
+    return out
+
+
+class Precision:
+    """The static policy of one run (from `PrecisionConfig`) and its pure functions."""
+
+    def __init__(self, cfg: PrecisionConfig):
+        self.cfg = cfg
+        self.low_dtype = LOW_DTYPES.get(cfg.compute)
+        self.switchable = self.low_dtype is not None and (
+            cfg.escalate_after_consecutive > 0 or cfg.escalate_after_total > 0)
+
+    @property
+    def dtypes(self) -> tuple:
+        """Every compute dtype the compiled program may use; build one network per dtype."""
+        if self.low_dtype is None:
+            return (jnp.float32,)
+        return (self.low_dtype, jnp.float32) if self.switchable else (self.low_dtype,)
+
+    def init(self) -> PrecisionState:
+        i0 = jnp.zeros((), jnp.int32)
+        scale = self.cfg.loss_scale_init if self.cfg.compute == "fp16" else 1.0
+        return PrecisionState(low=jnp.asarray(self.low_dtype is not None), loss_scale=jnp.float32(scale),
+                              good_streak=i0, bad_streak=i0, bad_total=i0, cooldown_left=i0, skipped=i0,
+                              escalations=i0)
+
+    def select(self, state: PrecisionState, fn: Callable[[Any], Any]):
+        """`fn(dtype)` in the dtype in force. Every output must have the same dtype in each branch."""
+        if self.low_dtype is None:
+            return fn(jnp.float32)
+        if not self.switchable:
+            return fn(self.low_dtype)
+        return jax.lax.cond(state.low, lambda: fn(self.low_dtype), lambda: fn(jnp.float32))
+
+    def clip_threshold(self, max_grad_norm, progress):
+        """The clip threshold in force at `progress` (share of training done, 0..1)."""
+        return max_grad_norm * (1.0 + (self.cfg.clip_decay_to - 1.0) * jnp.clip(progress, 0.0, 1.0))
+
+    def loss_scale(self, state: PrecisionState):
+        """The loss scale in force: the dynamic scale while fp16 is in force, else 1."""
+        if self.cfg.compute != "fp16":
+            return jnp.float32(1.0)
+        return jnp.where(state.low, state.loss_scale, 1.0)
+
+    def bits(self, state: PrecisionState):
+        return jnp.where(state.low, BITS[self.cfg.compute], 32).astype(jnp.float32)
+
+    def update(self, state: PrecisionState, loss_fn, params, opt_state, tx, clip=0.0):
+        """One guarded gradient step.
+
+        `loss_fn(params, dtype) -> (loss, aux)` computes its networks in `dtype` and its loss
+        (a float32 scalar) and aux (float32 arrays) in float32. Gradients are clipped to global
+        norm `clip` (0: no clipping). Returns `(params, opt_state, state, loss, aux, stats)`;
+        when the update is skipped the params and optimiser state are the ones passed in.
+        `stats`: `grad_norm` (before clipping) and `update_skipped` (1.0 or 0.0).
+        """
+        scale = self.loss_scale(state)
+
+        def grads_in(dtype):
+            def scaled(p):
+                loss, aux = loss_fn(p, dtype)
+                return loss * scale, (loss, aux)
+
+            grads, (loss, aux) = jax.grad(scaled, has_aux=True)(params)
+            return jax.tree.map(lambda g: g / scale, grads), loss, aux
+
+        grads, loss, aux = self.select(state, grads_in)
+        norm = optax.tree.norm(grads)
+        finite = jnp.isfinite(loss) & jnp.isfinite(norm)
+        clip = jnp.asarray(clip, jnp.float32)
+        factor = jnp.where((clip > 0) & (norm > clip), clip / jnp.where(finite, norm, 1.0), 1.0)
+        # zeros in place of a non-finite gradient keep the optimiser's arithmetic finite; its result is dropped
+        grads = jax.tree.map(lambda g: jnp.where(finite, g * factor, 0.0), grads)
+        updates, new_opt = tx.update(grads, opt_state, params)
+        params = tree_where(finite, optax.apply_updates(params, updates), params)
+        opt_state = tree_where(finite, new_opt, opt_state)
+        stats = {"grad_norm": norm, "update_skipped": (~finite).astype(jnp.float32)}
+        return params, opt_state, self.after_update(state, finite), loss, aux, stats
+
+    def after_update(self, state: PrecisionState, finite) -> PrecisionState:
+        """Loss-scale, skip and escalation bookkeeping after an update that was `finite` or not."""
+        c = self.cfg
+        bad = ~finite
+        skipped = state.skipped + bad.astype(jnp.int32)
+        good = jnp.where(finite, state.good_streak + 1, 0)
+        scale = state.loss_scale
+        if c.compute == "fp16":
+            grow = state.low & (good >= c.loss_scale_growth_interval)
+            scale = jnp.where(grow, jnp.minimum(scale * 2.0, c.loss_scale_max), scale)
+            scale = jnp.where(state.low & bad, jnp.maximum(scale * 0.5, c.loss_scale_min), scale)
+            good = jnp.where(grow, 0, good)
+        if not self.switchable:
+            return state.replace(loss_scale=scale, good_streak=good, skipped=skipped)
+
+        counting = state.low & bad
+        bad_streak = jnp.where(state.low, jnp.where(bad, state.bad_streak + 1, 0), 0)
+        bad_total = state.bad_total + counting.astype(jnp.int32)
+        escalate = state.low & (
+            ((c.escalate_after_consecutive > 0) & (bad_streak >= c.escalate_after_consecutive))
+            | ((c.escalate_after_total > 0) & (bad_total >= c.escalate_after_total)))
+        low = state.low & ~escalate
+        cooldown = jnp.where(escalate, c.escalate_cooldown, state.cooldown_left)
+        if c.escalate_cooldown > 0:
+            cooling = ~state.low
+            cooldown = jnp.where(cooling, cooldown - 1, cooldown)
+            back = cooling & (cooldown <= 0)
+            low = low | back
+            cooldown = jnp.maximum(cooldown, 0)
+            good = jnp.where(back, 0, good)
+        return state.replace(
+            low=low, loss_scale=scale, good_streak=jnp.where(escalate, 0, good),
+            bad_streak=jnp.where(escalate, 0, bad_streak), bad_total=jnp.where(escalate, 0, bad_total),
+            cooldown_left=cooldown, skipped=skipped, escalations=state.escalations + escalate.astype(jnp.int32))
+
+    def metrics(self, state: PrecisionState, clip) -> dict:
+        """The monitors every agent reports: precision in force (bits), loss scale in force,
+        updates skipped so far, escalations so far, and the clip threshold in force."""
+        return {"precision_bits": self.bits(state), "loss_scale": self.loss_scale(state),
+                "skipped_updates": state.skipped.astype(jnp.float32),
+                "precision_escalations": state.escalations.astype(jnp.float32),
+                "clip_threshold": jnp.asarray(clip, jnp.float32)}

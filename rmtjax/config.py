@@ -201,6 +201,9 @@ RUN_INDEPENDENT_FIELDS = frozenset({"train.progress", "train.checkpoint_every", 
                                     "train.tensorboard"})
 
 
+from rmtjax.meta.config import CurriculumConfig, MetaConfig, check_meta  # noqa: E402 (needs Section above)
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     """A complete, validated training configuration."""
@@ -209,6 +212,8 @@ class Config:
     env: EnvConfig
     train: TrainConfig
     agent: Section
+    meta: MetaConfig = dataclasses.field(default_factory=MetaConfig)
+    curriculum: CurriculumConfig = dataclasses.field(default_factory=CurriculumConfig)
 
     def __post_init__(self):
         from rmtjax.agents import agent_config_class
@@ -219,6 +224,7 @@ class Config:
         check = getattr(self.agent, "validate_with", None)
         if check is not None:
             check(self.env, self.train)
+        check_meta(self)
 
     # -- construction -------------------------------------------------------------------
     @classmethod
@@ -227,7 +233,7 @@ class Config:
 
         if not isinstance(data, Mapping):
             raise ConfigError(f"a config must be a mapping with keys algo, env, train, agent; got {type(data).__name__}")
-        top = {"algo", "env", "train", "agent"}
+        top = {"algo", "env", "train", "agent", "meta", "curriculum"}
         for key in data:
             if key not in top:
                 raise ConfigError(f"unknown key {key}.{_close(str(key), top)}")
@@ -240,11 +246,13 @@ class Config:
             env=EnvConfig.from_dict(data.get("env")),
             train=TrainConfig.from_dict(data.get("train")),
             agent=agent_cls.from_dict(data.get("agent"), path="agent"),
+            meta=MetaConfig.from_dict(data.get("meta")),
+            curriculum=CurriculumConfig.from_dict(data.get("curriculum")),
         )
 
     def to_dict(self) -> dict:
         return {"algo": self.algo, "env": self.env.to_dict(), "train": self.train.to_dict(),
-                "agent": self.agent.to_dict()}
+                "agent": self.agent.to_dict(), "meta": self.meta.to_dict(), "curriculum": self.curriculum.to_dict()}
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
@@ -279,7 +287,7 @@ def _set_dotted(data: dict, dotted: str, value: Any) -> None:
     if parts == ["algo"]:
         data["algo"] = value
         return
-    sections = ("env", "train", "agent")
+    sections = ("env", "train", "agent", "meta", "curriculum")
     if parts[0] not in sections or len(parts) < 2:
         raise ConfigError(f"unknown key {dotted}: a key is section.field with section one of "
                           f"{', '.join(sections)}.{_close(parts[0], sections) if parts[0] not in sections else ''}")

@@ -1,6 +1,7 @@
 """The meta-controller and curriculum: config checks, bounded moves, each mode's direction, PBT,
 curriculum stages, mode `off` unchanged, tiny end-to-end runs and resume."""
 
+import dataclasses
 import shutil
 
 import jax
@@ -15,7 +16,7 @@ import rmtjax
 from rmtjax.agents import build_agent
 from rmtjax.config import Config, ConfigError
 from rmtjax.meta import core
-from rmtjax.meta.config import MetaConfig
+from rmtjax.meta.config import CurriculumConfig, MetaConfig
 
 
 # -- small stand-ins for an agent's hparams and state -----------------------------------------
@@ -359,3 +360,26 @@ def test_a_resumed_meta_run_equals_an_uninterrupted_one(tmp_path):
         np.testing.assert_array_equal(a, b, err_msg=jax.tree_util.keystr(path))
     assert (run / "metrics.jsonl").read_text() == (tmp_path / "ref" / "metrics.jsonl").read_text()
     assert rmtjax.load_run(run).state.meta.stage.shape == (4,)
+
+
+scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=8))
+anything = st.recursive(scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(st.one_of(st.text(max_size=8), st.integers()), inner, max_size=3)),
+    max_leaves=12)
+stage_like = st.lists(st.fixed_dictionaries({"threshold": anything}, optional={
+    "hparams": st.dictionaries(st.sampled_from(["lr", "gamma", "eps", "ent_coef", "x"]), anything, max_size=2),
+    "env": st.dictionaries(st.sampled_from(["gravity", "max_steps_in_episode", "y"]), anything, max_size=2)}),
+    max_size=3)
+
+
+@settings(max_examples=80, deadline=None)
+@given(field=st.sampled_from([("meta", f.name) for f in dataclasses.fields(MetaConfig)]
+                              + [("curriculum", f.name) for f in dataclasses.fields(CurriculumConfig)]),
+       value=st.one_of(anything, stage_like))
+def test_junk_in_the_meta_sections_is_a_config_error_never_a_crash(field, value):
+    data = small(**{"meta.mode": "bandit"}).to_dict()
+    data[field[0]][field[1]] = value
+    try:
+        Config.from_dict(data)
+    except ConfigError as e:
+        assert str(e).strip()

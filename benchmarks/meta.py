@@ -97,9 +97,10 @@ def main(argv=None) -> None:
         "95% percentile-bootstrap interval (2,000 resamples of the seeds).",
         "Throughput: env steps per second of the whole run (all seeds, compile excluded); ratio = this mode / "
         "mode off on the same env and config: the meta-controller's cost (below 1: slower).",
-        f"Meta settings: defaults of the `meta:` section ({cfg0.meta.interval=}, {cfg0.meta.warmup=}) "
-        f"plus any --set. Each (env, mode) is one run, so a mode's score differences from off include "
-        f"seed noise; the interval says how much.",
+        f"Meta settings: the `meta:` section's defaults (meta.interval={cfg0.meta.interval}, "
+        f"meta.warmup={cfg0.meta.warmup}) plus any --set. Each (env, mode) is one run, so a mode's score "
+        f"difference from off includes seed noise; the intervals say how much. On a machine shared with other "
+        f"work the throughput ratios carry timing noise of several percent.",
     ]
     write_table(args.name, "Meta-controller: fixed hyperparameters vs each meta mode",
                 ["env", "agent", "meta.mode", "IQM return", "95% CI", "mean", "env steps/s", "vs off",

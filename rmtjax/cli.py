@@ -27,8 +27,9 @@ def _build_config(args):
         cfg = load_config(args.config)
         if args.algo or args.env:
             algo = args.algo or cfg.algo
-            data = cfg.to_dict() if algo == cfg.algo else {"algo": algo, "env": cfg.env.to_dict(), "train": cfg.train.to_dict(), "agent": {},
-                                                            "precision": cfg.precision.to_dict()}
+            data = cfg.to_dict()
+            if algo != cfg.algo:  # the agent section belongs to the other algorithm
+                data.update(algo=algo, agent={})
             if args.env:
                 data["env"]["id"] = args.env
             cfg = type(cfg).from_dict(data)

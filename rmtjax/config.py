@@ -202,6 +202,9 @@ RUN_INDEPENDENT_FIELDS = frozenset({"train.progress", "train.checkpoint_every", 
                                     "train.tensorboard"})
 
 
+from rmtjax.meta.config import CurriculumConfig, MetaConfig, check_meta  # noqa: E402 (needs Section above)
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     """A complete, validated training configuration."""
@@ -211,6 +214,8 @@ class Config:
     train: TrainConfig
     agent: Section
     precision: Section = dataclasses.field(default_factory=lambda: _precision_config_class()())
+    meta: MetaConfig = dataclasses.field(default_factory=MetaConfig)
+    curriculum: CurriculumConfig = dataclasses.field(default_factory=CurriculumConfig)
 
     def __post_init__(self):
         from rmtjax.agents import agent_config_class
@@ -223,6 +228,7 @@ class Config:
         check = getattr(self.agent, "validate_with", None)
         if check is not None:
             check(self.env, self.train)
+        check_meta(self)
 
     # -- construction -------------------------------------------------------------------
     @classmethod
@@ -231,7 +237,7 @@ class Config:
 
         if not isinstance(data, Mapping):
             raise ConfigError(f"a config must be a mapping with keys algo, env, train, agent; got {type(data).__name__}")
-        top = {"algo", "env", "train", "agent", "precision"}
+        top = {"algo", "env", "train", "agent", "precision", "meta", "curriculum"}
         for key in data:
             if key not in top:
                 raise ConfigError(f"unknown key {key}.{_close(str(key), top)}")
@@ -245,11 +251,14 @@ class Config:
             train=TrainConfig.from_dict(data.get("train")),
             agent=agent_cls.from_dict(data.get("agent"), path="agent"),
             precision=_precision_config_class().from_dict(data.get("precision")),
+            meta=MetaConfig.from_dict(data.get("meta")),
+            curriculum=CurriculumConfig.from_dict(data.get("curriculum")),
         )
 
     def to_dict(self) -> dict:
         return {"algo": self.algo, "env": self.env.to_dict(), "train": self.train.to_dict(),
-                "agent": self.agent.to_dict(), "precision": self.precision.to_dict()}
+                "agent": self.agent.to_dict(), "precision": self.precision.to_dict(),
+                "meta": self.meta.to_dict(), "curriculum": self.curriculum.to_dict()}
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
@@ -291,7 +300,7 @@ def _set_dotted(data: dict, dotted: str, value: Any) -> None:
     if parts == ["algo"]:
         data["algo"] = value
         return
-    sections = ("env", "train", "agent", "precision")
+    sections = ("env", "train", "agent", "precision", "meta", "curriculum")
     if parts[0] not in sections or len(parts) < 2:
         raise ConfigError(f"unknown key {dotted}: a key is section.field with section one of "
                           f"{', '.join(sections)}.{_close(parts[0], sections) if parts[0] not in sections else ''}")

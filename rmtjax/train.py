@@ -22,6 +22,7 @@ import numpy as np
 from rmtjax.agents import build_agent
 from rmtjax.config import Config, ConfigError
 from rmtjax.envs import final_return
+from rmtjax.meta import controller as meta_controller
 
 
 @dataclasses.dataclass
@@ -54,17 +55,17 @@ class TrainResult:
                 f"final return mean {np.nanmean(fr):.1f}, min {np.nanmin(fr):.1f}, max {np.nanmax(fr):.1f}")
 
 
-def _scan_steps(agent, length: int) -> Callable:
+def _scan_steps(vstep: Callable, length: int) -> Callable:
     def run(state):
-        return jax.lax.scan(lambda s, _: jax.vmap(agent.step)(s), state, None, length)
+        return jax.lax.scan(lambda s, _: vstep(s), state, None, length)
 
     return run
 
 
-def _masked_chunk(agent, max_length: int) -> Callable:
-    """`(state, length) -> (state, metrics)`: scan `max_length` iterations, stepping only the
-    first `length` (a traced number) so one compile serves chunks of any length up to it."""
-    vstep = jax.vmap(agent.step)
+def _masked_chunk(vstep: Callable, max_length: int) -> Callable:
+    """`(state, length) -> (state, metrics)`: scan `max_length` iterations of the batched step
+    `vstep`, stepping only the first `length` (a traced number) so one compile serves chunks of
+    any length up to it."""
 
     def run(state, length):
         zero_metrics = jax.tree.map(lambda s: jax.numpy.zeros(s.shape, s.dtype), jax.eval_shape(vstep, state)[1])
@@ -85,11 +86,12 @@ def make_train(config: Config) -> Callable:
     num_iterations]` arrays; the state is batched over seeds.
     """
     agent = build_agent(config)
-    run = _scan_steps(agent, agent.num_iterations)
+    init, vstep = meta_controller.wrap(config, agent)
+    run = _scan_steps(vstep, agent.num_iterations)
 
     def train_fn(key, hparams: Mapping[str, Any] | None = None):
         keys = jax.random.split(key, config.train.num_seeds)
-        state = jax.vmap(lambda k: agent.init(k, hparams))(keys)
+        state = init(keys, hparams)
         state, metrics = run(state)
         return state, jax.tree.map(lambda m: m.T, metrics)
 
@@ -148,9 +150,11 @@ def _drive(config: Config, key, hparams, progress, on_chunk, run) -> TrainResult
     chunk_len = math.ceil(n_iter / n_chunks)
     show = config.train.progress if progress is None else progress
 
+    init, vstep = meta_controller.wrap(config, agent)
+
     t0 = time.perf_counter()
     keys = jax.random.split(key, config.train.num_seeds)
-    fresh = state = jax.jit(jax.vmap(lambda k: agent.init(k, hparams)))(keys)
+    fresh = state = jax.jit(lambda k: init(k, hparams))(keys)
     compile_seconds = time.perf_counter() - t0
 
     chunks: list[dict] = []  # each chunk's metrics, name -> [length, num_seeds]
@@ -168,7 +172,7 @@ def _drive(config: Config, key, hparams, progress, on_chunk, run) -> TrainResult
         # One compiled chunk serves every chunk: the last, shorter one skips its surplus iterations.
         # It is always lowered from the fresh state (whose weak types a restored state lacks), so
         # a resumed run executes the very program the uninterrupted one does.
-        chunk = jax.jit(_masked_chunk(agent, chunk_len), donate_argnums=0).lower(fresh, np.int32(chunk_len)).compile()
+        chunk = jax.jit(_masked_chunk(vstep, chunk_len), donate_argnums=0).lower(fresh, np.int32(chunk_len)).compile()
         compile_seconds += time.perf_counter() - t0
     del fresh
     start = done
@@ -215,8 +219,8 @@ def load_run(run_dir) -> TrainResult:
 
     run = RunDir.open(run_dir)
     config = run.config
-    agent = build_agent(config)
-    like = jax.jit(jax.vmap(lambda k: agent.init(k)))(jax.random.split(run.key, config.train.num_seeds))
+    init, _ = meta_controller.wrap(config, build_agent(config))
+    like = jax.jit(init)(jax.random.split(run.key, config.train.num_seeds))
     snap = run.restore(like, set_aside=False)
     if snap is None:
         raise CheckpointError(f"{run.path} has no checkpoint yet (the run stopped before its first one)")

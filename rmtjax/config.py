@@ -41,36 +41,36 @@ def _close(name: str, valid) -> str:
     return f" Did you mean: {', '.join(matches)}?" if matches else f" Valid names: {', '.join(sorted(valid))}."
 
 
+def _number(path: str, value: Any, integer: bool) -> int | float:
+    """A finite number from a number or a numeric string; an integer only where the value is whole."""
+    what = "an integer" if integer else "a number"
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise ConfigError(f"{path}: expected {what}, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{path}: expected {what}, got {value!r}")
+    if not math.isfinite(value):
+        raise ConfigError(f"{path}: expected a finite number, got {value!r}")
+    if not integer:
+        return float(value)
+    if isinstance(value, float) and not value.is_integer():
+        raise ConfigError(f"{path}: expected an integer, got {value!r}")
+    return int(value)
+
+
 def _coerce(path: str, value: Any, typ: Any) -> Any:
     """Check `value` against the annotation `typ`, converting only where no information is lost."""
     origin = typing.get_origin(typ)
     if typ is bool:
         if isinstance(value, bool):
             return value
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            return value.strip().lower() == "true"
         raise ConfigError(f"{path}: expected true or false, got {value!r}")
-    if typ is int:
-        if isinstance(value, str):
-            try:
-                value = float(value)
-            except ValueError:
-                raise ConfigError(f"{path}: expected an integer, got {value!r}") from None
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise ConfigError(f"{path}: expected an integer, got {value!r}")
-    if typ is float:
-        if isinstance(value, str):
-            try:
-                value = float(value)
-            except ValueError:
-                raise ConfigError(f"{path}: expected a number, got {value!r}") from None
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            value = float(value)
-            if not math.isfinite(value):
-                raise ConfigError(f"{path}: expected a finite number, got {value!r}")
-            return value
-        raise ConfigError(f"{path}: expected a number, got {value!r}")
+    if typ is int or typ is float:
+        return _number(path, value, integer=typ is int)
     if typ is str:
         if isinstance(value, str):
             return value

@@ -46,6 +46,20 @@ def test_wrong_types_are_reported():
         make_config("ppo", "CartPole-v1", {"env.num_envs": 2.5})
 
 
+def test_boolean_strings_are_accepted_for_bools():
+    assert make_config("ppo", "CartPole-v1", {"agent.anneal_lr": "False"}).agent.anneal_lr is False
+    assert make_config("ppo", "CartPole-v1", {"agent.anneal_lr": "true"}).agent.anneal_lr is True
+    with pytest.raises(ConfigError, match=r"agent\.anneal_lr: expected true or false, got 'yes'"):
+        make_config("ppo", "CartPole-v1", {"agent.anneal_lr": "yes"})
+
+
+def test_non_finite_numbers_are_rejected():
+    with pytest.raises(ConfigError, match=r"agent\.lr: expected a finite number"):
+        make_config("ppo", "CartPole-v1", {"agent.lr": "nan"})
+    with pytest.raises(ConfigError, match=r"train\.total_steps: expected a finite number"):
+        make_config("ppo", "CartPole-v1", {"train.total_steps": float("inf")})
+
+
 def test_integral_numbers_are_accepted_for_ints():
     cfg = make_config("ppo", "CartPole-v1", {"train.total_steps": "1e5", "env.num_envs": 8.0})
     assert cfg.train.total_steps == 100_000 and isinstance(cfg.train.total_steps, int)

@@ -23,6 +23,20 @@ def _dense(width, dtype, scale=np.sqrt(2)):
     return nn.Dense(width, kernel_init=nn.initializers.orthogonal(scale), dtype=dtype)
 
 
+def _flat(x, dtype):
+    """[B, *shape] -> [B, prod(shape)] in the compute dtype."""
+    return x.reshape((x.shape[0], -1)).astype(dtype)
+
+
+def _layer(h, width, act, layer_norm, dtype, norm_name=None):
+    """dense -> (LayerNorm) -> activation; called inside a compact module, so its layers
+    take the module's automatic names (or `norm_name` for the norm)."""
+    h = _dense(width, dtype)(h)
+    if layer_norm:
+        h = nn.LayerNorm(dtype=dtype, name=norm_name)(h)
+    return act(h)
+
+
 class MLP(nn.Module):
     """Dense layers with orthogonal init; the input is flattened and cast to float."""
 
@@ -33,13 +47,9 @@ class MLP(nn.Module):
 
     @nn.compact
     def __call__(self, x):
-        x = x.reshape((x.shape[0], -1)).astype(self.dtype)
-        act = activation_fn(self.activation)
+        x = _flat(x, self.dtype)
         for width in self.hidden:
-            x = _dense(width, self.dtype)(x)
-            if self.layer_norm:
-                x = nn.LayerNorm(dtype=self.dtype)(x)
-            x = act(x)
+            x = _layer(x, width, activation_fn(self.activation), self.layer_norm, self.dtype)
         return x
 
 
@@ -55,15 +65,8 @@ class FractalBlock(nn.Module):
     @nn.compact
     def __call__(self, x):
         act = activation_fn(self.activation)
-
-        def path(h, name):
-            h = _dense(self.width, self.dtype)(h)
-            if self.layer_norm:
-                h = nn.LayerNorm(dtype=self.dtype, name=f"{name}_norm")(h)
-            return act(h)
-
-        f1 = path(x, "f1")
-        f2 = path(f1, "f2")
+        f1 = _layer(x, self.width, act, self.layer_norm, self.dtype, norm_name="f1_norm")
+        f2 = _layer(f1, self.width, act, self.layer_norm, self.dtype, norm_name="f2_norm")
         return x + f1 + f2
 
 
@@ -78,8 +81,7 @@ class FractalTorso(nn.Module):
 
     @nn.compact
     def __call__(self, x):
-        x = x.reshape((x.shape[0], -1)).astype(self.dtype)
-        x = activation_fn(self.activation)(_dense(self.width, self.dtype)(x))
+        x = _layer(_flat(x, self.dtype), self.width, activation_fn(self.activation), False, self.dtype)
         for _ in range(self.num_blocks):
             x = FractalBlock(self.width, self.activation, self.layer_norm, self.dtype)(x)
         return x
@@ -97,13 +99,9 @@ class ResidualMLP(nn.Module):
     @nn.compact
     def __call__(self, x):
         act = activation_fn(self.activation)
-        x = x.reshape((x.shape[0], -1)).astype(self.dtype)
-        x = act(_dense(self.width, self.dtype)(x))
+        x = _layer(_flat(x, self.dtype), self.width, act, False, self.dtype)
         for _ in range(self.num_blocks):
-            h = _dense(self.width, self.dtype)(x)
-            if self.layer_norm:
-                h = nn.LayerNorm(dtype=self.dtype)(h)
-            x = x + act(h)
+            x = x + _layer(x, self.width, act, self.layer_norm, self.dtype)
         return x
 
 

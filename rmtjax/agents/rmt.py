@@ -53,6 +53,8 @@ class RMTConfig(Section):
     learning_starts: int = param(1_000, lo=0, doc="env steps per seed before learning starts")
     # targets and optimisation
     lr: float = param(5e-4, lo=0.0, hi=1.0, lo_open=True)
+    lr_end_frac: float = param(1.0, lo=0.0, hi=1.0, doc="learning rate at the end of training as a share of lr "
+                                                        "(linear decay from the start; 1 keeps it constant)")
     gamma: float = param(0.99, lo=0.0, hi=1.0)
     n_step: int = param(3, lo=1, hi=32, doc="n of the n-step return")
     double_q: bool = param(True, doc="Double-DQN targets (online argmax, target value)")
@@ -321,7 +323,8 @@ class RMT(Agent):
         env_steps = state.env_steps + self.steps_per_iteration
 
         # 3. learn
-        opt_state = state.opt_state._replace(hyperparams={**state.opt_state.hyperparams, "learning_rate": hp.lr})
+        lr = hp.lr * (1.0 - (1.0 - c.lr_end_frac) * progress)
+        opt_state = state.opt_state._replace(hyperparams={**state.opt_state.hyperparams, "learning_rate": lr})
 
         def update(carry, k):
             params, target_params, opt_state, replay, grad_steps, prec_state = carry
@@ -369,7 +372,7 @@ class RMT(Agent):
             env_steps=env_steps, grad_steps=grad_steps, key=key)
         metrics = {
             "env_steps": env_steps, **episode_metrics(state.env_state, env_state), **stats,
-            "td_error_ema": td_ema, "epsilon": epsilon, "temperature": jnp.exp(log_temp), "beta": beta,
+            "td_error_ema": td_ema, "lr_in_force": lr, "epsilon": epsilon, "temperature": jnp.exp(log_temp), "beta": beta,
             "policy_entropy": act_info["policy_entropy"].mean(), "explore_frac": act_info["explore_frac"].mean(),
             "nongreedy_frac": act_info["nongreedy_frac"].mean(), "td_new_abs": finite_abs(td_new).mean(),
             **self.replay.buffer_stats(replay), **hparam_metrics(hp), **prec.metrics(prec_state, clip),

@@ -84,6 +84,15 @@ def test_one_iteration_stores_transitions_and_counts_steps():
     assert any(jax.tree.leaves(changed))
 
 
+def test_learning_rate_decays_linearly_to_its_end_share():
+    cfg = rmtjax.make_config("rmt", "CartPole-v1", {
+        "train.total_steps": 640, "train.progress": False, "agent.hidden": [8, 8], "agent.buffer_size": 400, "agent.replay": "uniform",
+        "agent.batch_size": 8, "agent.learning_starts": 0, "agent.lr": 1e-3, "agent.lr_end_frac": 0.1})
+    lr = rmtjax.train(cfg, jax.random.key(0)).metrics["lr_in_force"][0]  # 640 / (4 envs × 4 steps) = 40 iterations
+    progress = np.arange(40) / 40
+    np.testing.assert_allclose(lr, 1e-3 * (1 - 0.9 * progress), rtol=1e-5)
+
+
 def test_config_rejects_tier_shares_that_do_not_sum_to_one():
     with pytest.raises(rmtjax.ConfigError, match="tier_proportions.*summing to 1"):
         rmtjax.make_config("rmt", "CartPole-v1", {"agent.tier_proportions": [0.5, 0.5, 0.5]})

@@ -67,9 +67,14 @@ def learn(fusion: str, steps: int) -> dict:
 
     import rmtjax
 
+    # the DQN preset with a smaller net and faster targets (as benchmarks/distributed.py), which
+    # learns in a CI-sized budget
+    small = {"agent.hidden": [64, 64], "agent.lr": 1e-3, "agent.target_update_every": 100,
+             "agent.learning_starts": 500, "agent.batch_size": 64, "agent.buffer_size": 10_000,
+             "agent.eps_decay_frac": 0.3}
     cfg = rmtjax.make_config("dqn", "CartPole-v1", {
         "train.total_steps": steps, "train.num_seeds": 2, "train.progress": False, "train.num_chunks": 1,
-        "distributed.devices": 4, "distributed.fusion": fusion})
+        "distributed.devices": 4, "distributed.fusion": fusion, **small})
     r = rmtjax.train(cfg, jax.random.key(0))
     return {"final_return": r.final_return.tolist(), "env_steps": r.env_steps,
             "episode_return_last": r.metrics["episode_return"][:, -1].tolist()}
@@ -81,12 +86,12 @@ def multihost(port: int, process_id: int) -> dict:
     import rmtjax
     from rmtjax import distributed
 
+    settings = {"devices": 4, "fusion": "topk", "coordinator_address": f"127.0.0.1:{port}", "num_processes": 2,
+                "process_id": process_id}
+    distributed.initialize(distributed.DistributedConfig(**settings))  # before anything else touches JAX
     cfg = rmtjax.make_config("dqn", "CartPole-v1", {
         "train.total_steps": 2048, "train.progress": False, "train.num_chunks": 2, "agent.learning_starts": 256,
-        "agent.hidden": [32, 32], "distributed.devices": 4, "distributed.fusion": "topk",
-        "distributed.coordinator_address": f"127.0.0.1:{port}", "distributed.num_processes": 2,
-        "distributed.process_id": process_id})
-    distributed.initialize(cfg)  # before anything else touches JAX
+        "agent.hidden": [32, 32], **{f"distributed.{k}": v for k, v in settings.items()}})
     import jax
     import numpy as np
 

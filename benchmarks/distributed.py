@@ -157,7 +157,10 @@ def main():
         f"topk sends {0.2:.0%} of the entries as float32 values plus int32 indices: 8 bytes per sent entry "
         "against 4 per entry of a dense all-reduce, so 20% cuts what a device sends by 60%, not 80%; "
         "int8 is an all-reduce of int8 values (each device's range is ±⌊127/D⌋, so the sum cannot "
-        "overflow) plus one float32 scale per tensor: about 75%; bf16 halves the all-reduce.",
+        "overflow) plus one float32 scale per tensor: about 75%. bf16 would halve the all-reduce, but "
+        "XLA's CPU backend converts a bf16 all-reduce to float32 (convert, f32 all-reduce, convert: seen "
+        "in the compiled HLO), so on CPU devices it moves as many bytes as mean; on other backends the "
+        "table shows what their compiler keeps.",
     ]
     if ret_rows:
         notes += ["", f"**Final return** ({args.algo} on CartPole-v1, {args.steps:,} env steps per seed × "

@@ -16,7 +16,8 @@ return. On a machine whose devices are real accelerators (not CPU devices split 
 XLA_FLAGS) it also times 1, 2, ..., D devices on the same global config: scaling efficiency =
 throughput with d devices / (d × throughput with 1).
 
-    python -m benchmarks.distributed [--devices 4] [--algo dqn] [--steps 15000] [--seeds 2]
+    python -m benchmarks.distributed [--devices 4] [--algo dqn] [--steps 15000] [--seeds 2] [--modes mean,topk]
+                                     [--out distributed]
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ def main():
     ap.add_argument("--steps", type=int, default=15_000, help="env steps per seed of each training run (0: none)")
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--out", default="distributed", help="results/OUT.md")
     args = ap.parse_args()
     D = args.devices
     modes = args.modes.split(",")
@@ -176,7 +178,7 @@ def main():
     else:
         notes += ["", "Scaling efficiency: not measured — these are CPU devices split from one host "
                       "(XLA_FLAGS), which share the same cores; it needs several real devices."]
-    write_table("distributed", "Data-parallel gradient fusion: bytes per update and final return",
+    write_table(args.out, "Data-parallel gradient fusion: bytes per update and final return",
                 ["config", "parameters", "collectives", "sent bytes", "× dense f32", "cut vs mean",
                  "wire bytes (ring est.)", "wire cut"], table, "\n".join(notes))
 

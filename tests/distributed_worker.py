@@ -58,6 +58,18 @@ def equivalence() -> dict:
                      "max_param_move": max(jax.tree.leaves(moved)),
                      "loss_one": [float(x) for x in ref[1]], "loss_four": [float(x) for x in fused[1]],
                      "grad_norm_one": float(ref[2]), "grad_norm_four": float(fused[2])}
+
+    # a short whole run through make_train: the state comes back stacked over the devices
+    cfg = rmtjax.make_config("dqn", "CartPole-v1", {
+        "train.total_steps": 1024, "train.num_seeds": 2, "agent.learning_starts": 256, "agent.hidden": [16, 16],
+        "distributed.devices": 4, "distributed.fusion": "int8"})
+    state, metrics = jax.jit(rmtjax.make_train(cfg))(jax.random.key(0))
+    params = jax.tree.leaves(state.params)
+    out["make_train"] = {
+        "param_shape": list(params[0].shape), "metric_shape": list(metrics["loss"].shape),
+        "replicas_equal": all(bool(jnp.all(p == p[:1])) for p in params),
+        "obs_differ": bool(jnp.any(state.obs[0] != state.obs[1])),
+        "moved": bool(jnp.any(metrics["loss"][:, -1] > 0))}
     return out
 
 

@@ -223,6 +223,13 @@ def test_mean_fusion_on_4_devices_gives_the_parameters_of_1_device_with_the_glob
     np.testing.assert_allclose(r["grad_norm_four"], r["grad_norm_one"], rtol=1e-6)
 
 
+def test_make_train_on_4_devices_keeps_the_replicas_equal_and_the_envs_apart(equivalence):
+    r = equivalence["make_train"]
+    assert r["param_shape"][:2] == [D, 2] and r["metric_shape"] == [2, 1024 // 16]  # [devices, seeds, ...]
+    assert r["moved"] and r["replicas_equal"]  # int8-fused updates, the same on every device
+    assert r["obs_differ"]  # each device steps its own envs
+
+
 @pytest.mark.slow
 def test_topk_fusion_with_error_feedback_learns_cartpole_on_4_devices():
     r = run_worker(["learn", "topk", "15000"], timeout=900)

@@ -41,8 +41,10 @@ def cmd_train(args) -> int:
     import jax
     import numpy as np
 
+    from rmtjax import distributed
     from rmtjax.train import train
 
+    distributed.initialize()  # a multi-host run (RMTJAX_* variables) joins before JAX starts
     cfg = _build_config(args)
     if args.print_config:
         print(cfg.to_yaml())

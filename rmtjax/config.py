@@ -1,8 +1,10 @@
 """Typed configuration: dataclass sections, YAML/dict I/O, dotted overrides, validation.
 
-A `Config` has five parts: `algo` (registry name), `env` (`EnvConfig`), `train`
-(`TrainConfig`), `agent` (the algorithm's own section, e.g. `PPOConfig`) and `precision`
-(`rmtjax.precision.PrecisionConfig`, optional: the defaults are fp32). Every field
+A `Config` has these parts: `algo` (registry name), `env` (`EnvConfig`), `train`
+(`TrainConfig`), `agent` (the algorithm's own section, e.g. `PPOConfig`), and the optional
+sections `precision` (`rmtjax.precision.PrecisionConfig`; the defaults are fp32), `meta`,
+`curriculum` (`rmtjax.meta.config`) and `distributed` (`rmtjax.distributed.DistributedConfig`;
+the default is one device). Every field
 declares its type and, where it has one, its allowed range or choices; a bad value raises a
 `ConfigError` (a `ValueError`) naming the field, the value and what is allowed, at the moment
 the config is built. Nothing is clamped or dropped silently.
@@ -216,6 +218,7 @@ class Config:
     precision: Section = dataclasses.field(default_factory=lambda: _precision_config_class()())
     meta: MetaConfig = dataclasses.field(default_factory=MetaConfig)
     curriculum: CurriculumConfig = dataclasses.field(default_factory=CurriculumConfig)
+    distributed: Section = dataclasses.field(default_factory=lambda: _distributed_config_class()())
 
     def __post_init__(self):
         from rmtjax.agents import agent_config_class
@@ -225,10 +228,15 @@ class Config:
             raise ConfigError(f"agent: expected a {cls.__name__} for algo {self.algo!r}, got {type(self.agent).__name__}")
         if not isinstance(self.precision, _precision_config_class()):
             raise ConfigError(f"precision: expected a PrecisionConfig, got {type(self.precision).__name__}")
+        if not isinstance(self.distributed, _distributed_config_class()):
+            raise ConfigError(f"distributed: expected a DistributedConfig, got {type(self.distributed).__name__}")
         check = getattr(self.agent, "validate_with", None)
         if check is not None:
             check(self.env, self.train)
         check_meta(self)
+        from rmtjax.distributed import check_distributed
+
+        check_distributed(self)
 
     # -- construction -------------------------------------------------------------------
     @classmethod
@@ -237,7 +245,7 @@ class Config:
 
         if not isinstance(data, Mapping):
             raise ConfigError(f"a config must be a mapping with keys algo, env, train, agent; got {type(data).__name__}")
-        top = {"algo", "env", "train", "agent", "precision", "meta", "curriculum"}
+        top = {"algo", "env", "train", "agent", "precision", "meta", "curriculum", "distributed"}
         for key in data:
             if key not in top:
                 raise ConfigError(f"unknown key {key}.{_close(str(key), top)}")
@@ -253,12 +261,14 @@ class Config:
             precision=_precision_config_class().from_dict(data.get("precision")),
             meta=MetaConfig.from_dict(data.get("meta")),
             curriculum=CurriculumConfig.from_dict(data.get("curriculum")),
+            distributed=_distributed_config_class().from_dict(data.get("distributed")),
         )
 
     def to_dict(self) -> dict:
         return {"algo": self.algo, "env": self.env.to_dict(), "train": self.train.to_dict(),
                 "agent": self.agent.to_dict(), "precision": self.precision.to_dict(),
-                "meta": self.meta.to_dict(), "curriculum": self.curriculum.to_dict()}
+                "meta": self.meta.to_dict(), "curriculum": self.curriculum.to_dict(),
+                "distributed": self.distributed.to_dict()}
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
@@ -285,6 +295,13 @@ def _precision_config_class():
     return PrecisionConfig
 
 
+def _distributed_config_class():
+    # imported on use, like the precision section
+    from rmtjax.distributed import DistributedConfig
+
+    return DistributedConfig
+
+
 def _flatten(data: Mapping, prefix: str = "") -> dict:
     out = {}
     for k, v in data.items():
@@ -300,7 +317,7 @@ def _set_dotted(data: dict, dotted: str, value: Any) -> None:
     if parts == ["algo"]:
         data["algo"] = value
         return
-    sections = ("env", "train", "agent", "precision", "meta", "curriculum")
+    sections = ("env", "train", "agent", "precision", "meta", "curriculum", "distributed")
     if parts[0] not in sections or len(parts) < 2:
         raise ConfigError(f"unknown key {dotted}: a key is section.field with section one of "
                           f"{', '.join(sections)}.{_close(parts[0], sections) if parts[0] not in sections else ''}")

@@ -177,6 +177,16 @@ class Precision:
         when the update is skipped the params and optimiser state are the ones passed in.
         `stats`: `grad_norm` (before clipping) and `update_skipped` (1.0 or 0.0).
         """
+        *out, _ = self.fused_update(state, loss_fn, params, opt_state, tx, clip)
+        return tuple(out)
+
+    def fused_update(self, state: PrecisionState, loss_fn, params, opt_state, tx, clip=0.0, fuse=None,
+                     fusion_state=None):
+        """`update` for data-parallel training: `fuse(grads, loss, fusion_state) -> (grads, loss,
+        fusion_state)` combines the devices' gradients (`rmtjax.distributed.Fusion.fuse`) before
+        the norm, the finiteness check and the clip. Returns `update`'s tuple and the new fusion
+        state last (the old one when the step is skipped). Without `fuse` it is `update`.
+        """
         scale = self.loss_scale(state)
 
         def grads_in(dtype):
@@ -188,6 +198,9 @@ class Precision:
             return jax.tree.map(lambda g: g / scale, grads), loss, aux
 
         grads, loss, aux = self.select(state, grads_in)
+        new_fusion = fusion_state
+        if fuse is not None:
+            grads, loss, new_fusion = fuse(grads, loss, fusion_state)
         norm = optax.tree.norm(grads)
         finite = jnp.isfinite(loss) & jnp.isfinite(norm)
         clip = jnp.asarray(clip, jnp.float32)
@@ -198,7 +211,9 @@ class Precision:
         params = tree_where(finite, optax.apply_updates(params, updates), params)
         opt_state = tree_where(finite, new_opt, opt_state)
         stats = {"grad_norm": norm, "update_skipped": (~finite).astype(jnp.float32)}
-        return params, opt_state, self.after_update(state, finite), loss, aux, stats
+        if fuse is not None:
+            fusion_state = tree_where(finite, new_fusion, fusion_state)
+        return params, opt_state, self.after_update(state, finite), loss, aux, stats, fusion_state
 
     def after_update(self, state: PrecisionState, finite) -> PrecisionState:
         """Loss-scale, skip and escalation bookkeeping after an update that was `finite` or not."""

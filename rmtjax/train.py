@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping
 import jax
 import numpy as np
 
+from rmtjax import distributed
 from rmtjax.agents import build_agent
 from rmtjax.config import Config, ConfigError
 from rmtjax.envs import final_return
@@ -88,6 +89,16 @@ def make_train(config: Config) -> Callable:
     agent = build_agent(config)
     init, vstep = meta_controller.wrap(config, agent)
     run = _scan_steps(vstep, agent.num_iterations)
+    sharded = distributed.sharded_run(config)
+    if sharded is not None:
+        # the state comes back stacked over the devices, [D, num_seeds, ...]
+        sharded_fn = sharded.train_fn(init, run)
+
+        def sharded_train_fn(key, hparams: Mapping[str, Any] | None = None):
+            state, metrics = sharded_fn(key, hparams)
+            return state, jax.tree.map(lambda m: m.T, metrics)
+
+        return sharded_train_fn
 
     def train_fn(key, hparams: Mapping[str, Any] | None = None):
         keys = jax.random.split(key, config.train.num_seeds)
@@ -110,6 +121,8 @@ def train(config: Config | None, key: jax.Array | None = None, *, hparams: Mappi
     the same parameters and metrics as one that was never interrupted.
     `on_chunk(state, metrics_so_far, iteration)` is called on the host after every chunk.
     """
+    if config is not None:
+        distributed.initialize(config)  # a multi-host run joins its processes first
     run = _open_run(config, key, hparams, run_dir, resume)
     if run is not None:
         config, key, hparams = run.config, run.key, run.hparams
@@ -134,6 +147,9 @@ def _open_run(config, key, hparams, run_dir, resume):
     if config is None or key is None:
         raise TypeError("train(config, key): both are needed unless resume=RUN_DIR is given")
     if run_dir is not None:
+        if config.distributed.devices > 1:
+            raise ConfigError("distributed.devices: run directories (checkpoints, resume) are not supported yet "
+                              "for a run on several devices; train without run_dir or with devices: 1")
         from rmtjax.rundir import RunDir
 
         return RunDir.create(run_dir, config, key, hparams)
@@ -151,10 +167,14 @@ def _drive(config: Config, key, hparams, progress, on_chunk, run) -> TrainResult
     show = config.train.progress if progress is None else progress
 
     init, vstep = meta_controller.wrap(config, agent)
+    sharded = distributed.sharded_run(config)  # None: one device
 
     t0 = time.perf_counter()
     keys = jax.random.split(key, config.train.num_seeds)
-    fresh = state = jax.jit(lambda k: init(k, hparams))(keys)
+    if sharded is None:
+        fresh = state = jax.jit(lambda k: init(k, hparams))(keys)
+    else:
+        fresh = state = sharded.init(init)(keys, hparams)
     compile_seconds = time.perf_counter() - t0
 
     chunks: list[dict] = []  # each chunk's metrics, name -> [length, num_seeds]
@@ -172,7 +192,10 @@ def _drive(config: Config, key, hparams, progress, on_chunk, run) -> TrainResult
         # One compiled chunk serves every chunk: the last, shorter one skips its surplus iterations.
         # It is always lowered from the fresh state (whose weak types a restored state lacks), so
         # a resumed run executes the very program the uninterrupted one does.
-        chunk = jax.jit(_masked_chunk(vstep, chunk_len), donate_argnums=0).lower(fresh, np.int32(chunk_len)).compile()
+        chunk_fn = _masked_chunk(vstep, chunk_len)
+        if sharded is not None:
+            chunk_fn = sharded.chunk(chunk_fn)
+        chunk = jax.jit(chunk_fn, donate_argnums=0).lower(fresh, np.int32(chunk_len)).compile()
         compile_seconds += time.perf_counter() - t0
     del fresh
     start = done
@@ -206,7 +229,11 @@ def _drive(config: Config, key, hparams, progress, on_chunk, run) -> TrainResult
         bar.close()
 
     stacked = {k: np.concatenate([c[k] for c in chunks], axis=0).T for k in chunks[0]}
-    fr = np.asarray(jax.vmap(final_return)(state.env_state))
+    if sharded is None:
+        fr = np.asarray(jax.vmap(final_return)(state.env_state))
+    else:
+        fr = sharded.final_return(state)
+        state = sharded.local_state(state)  # this process's first device: a one-device-shaped state
     return TrainResult(config, state, stacked, fr, compile_seconds, run_seconds)
 
 

@@ -22,6 +22,9 @@ class Agent:
     rest of `Config` is static structure baked into the compiled program. Every gradient
     update goes through `self.precision.update` (see `rmtjax.precision`), whose per-seed state
     is `state.precision`.
+
+    With `distributed.devices` D > 1 the agent's `init` and `step` run on one device of the
+    mesh (inside `shard_map`): `self.env` holds that device's `num_envs / D` environments.
     """
 
     Config: type
@@ -30,7 +33,11 @@ class Agent:
     def __init__(self, config):
         self.config = config
         self.cfg = config.agent
-        self.env = make_env(config.env)
+        # data-parallel runs (rmtjax.distributed): each device steps its share of the envs
+        self.shards = config.distributed.devices
+        local_env = config.env if self.shards == 1 else dataclasses.replace(
+            config.env, num_envs=config.env.num_envs // self.shards)
+        self.env = make_env(local_env)
         self.spec = self.env.spec
         self.precision = Precision(config.precision)  # compute dtype, loss scaling, the update guard
 

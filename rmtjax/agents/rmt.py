@@ -18,6 +18,11 @@ Networks compute in the precision policy's dtype; a transition whose TD error is
 (a NaN in its reward or observation) gets priority 0, so it cannot poison the replay's
 statistics, and any update that samples it is skipped.
 
+With `distributed.devices` D > 1 (`rmtjax.distributed`) each device acts in its `num_envs / D`
+envs, stores into its own replay shard (`buffer_size / D`) and samples `batch_size / D` of each
+minibatch; the gradients are fused across the devices before the guard, so every device
+applies the same update; `env_steps` counts the steps of all devices.
+
 Discrete actions use one Q head; continuous actions are discretised into `bins` values per
 dimension with one head per dimension, Q(s, a) = mean_d Q_d(s, a_d).
 """
@@ -36,6 +41,7 @@ from flax import struct
 from rmtjax import exploration
 from rmtjax.agents.base import Agent, hparam_metrics
 from rmtjax.config import ConfigError, Section, param
+from rmtjax.distributed import Fusion, device_index
 from rmtjax.envs import VecEnvState, episode_metrics
 from rmtjax.networks import TORSOS, PerDimQHead, QHead, QNetwork, make_torso
 from rmtjax.precision import PrecisionState, ema, finite_abs, summarize
@@ -153,6 +159,7 @@ class RMTState:
     env_steps: jax.Array
     grad_steps: jax.Array
     key: jax.Array
+    fusion: Any = None  # data-parallel runs: this device's gradient-fusion state (None on one device)
 
 
 class RMT(Agent):
@@ -179,7 +186,11 @@ class RMT(Agent):
         self.net = self.nets[jnp.dtype(jnp.float32)]
         self.num_updates = max(1, round(c.updates_per_step * config.env.num_envs * c.rollout_len))
         self.tx = optax.inject_hyperparams(optax.adam)(learning_rate=c.lr)  # clipping: in the precision guard
-        self.replay = make_replay(c.replay, capacity=c.buffer_size, fractions=c.tier_fractions,
+        # this device's share of each minibatch and of the replay capacity (all of it on one device)
+        self.local_batch = c.batch_size // self.shards
+        self.local_envs = config.env.num_envs // self.shards
+        self.fusion = Fusion(config.distributed) if self.shards > 1 else None
+        self.replay = make_replay(c.replay, capacity=c.buffer_size // self.shards, fractions=c.tier_fractions,
                                   proportions=c.tier_proportions, alpha=c.priority_alpha)
 
     @staticmethod
@@ -256,10 +267,13 @@ class RMT(Agent):
     def init(self, key, hparams=None) -> RMTState:
         c, spec = self.cfg, self.spec
         k_env, k_net, k_fill, key = jax.random.split(key, 4)
+        if self.fusion is not None:
+            # each device its own envs and random streams; the parameters the same on all
+            k_env, k_fill, key = (jax.random.fold_in(k, device_index()) for k in (k_env, k_fill, key))
         obs, env_state = self.env.reset(k_env)
         params = self.net.init(k_net, obs)
         hp = self.default_hparams(hparams)
-        N = self.config.env.num_envs
+        N = self.local_envs
         action_shape = (N, self.num_dims) if self.per_dim else (N,)
         zeros_obs = jnp.zeros((N, c.n_step) + spec.obs_shape, spec.obs_dtype)
         window = NStepWindow(zeros_obs, jnp.zeros((N, c.n_step) + action_shape[1:], jnp.int32),
@@ -283,7 +297,29 @@ class RMT(Agent):
             params=params, target_params=params, opt_state=self.tx.init(params), env_state=env_state, obs=obs,
             window=window, replay=self.replay.init(example), log_temperature=jnp.log(jnp.float32(c.init_temperature)),
             td_ema=jnp.zeros(()), precision=self.precision.init(), hparams=hp, iteration=jnp.zeros((), jnp.int32),
-            env_steps=jnp.asarray(N * (c.n_step - 1), jnp.int32), grad_steps=jnp.zeros((), jnp.int32), key=key)
+            env_steps=jnp.asarray(self.config.env.num_envs * (c.n_step - 1), jnp.int32),
+            grad_steps=jnp.zeros((), jnp.int32), key=key,
+            fusion=None if self.fusion is None else self.fusion.init(params))
+
+    def gradient_step(self, params, target_params, opt_state, prec_state, fusion_state, batch, weight, gamma,
+                      clip):
+        """One guarded (and, on several devices, fused) step on this device's minibatch `batch`
+        with importance weights `weight` [B]. Returns `(params, opt_state, prec_state,
+        fusion_state, loss, (td, q), guard_stats)`; `loss` is the mean over the devices."""
+        c = self.cfg
+
+        def loss_fn(p, dtype):
+            q = self._q_of(self.q_values(p, batch["obs"], dtype), batch["action"])
+            td = self._targets(p, target_params, batch, gamma, dtype) - q
+            return (weight * optax.huber_loss(td, delta=c.huber_delta)).mean(), (td, q)
+
+        if self.fusion is None:
+            params, opt_state, prec_state, loss, aux, guard = self.precision.update(
+                prec_state, loss_fn, params, opt_state, self.tx, clip)
+        else:
+            params, opt_state, prec_state, loss, aux, guard, fusion_state = self.precision.fused_update(
+                prec_state, loss_fn, params, opt_state, self.tx, clip, self.fusion.fuse, fusion_state)
+        return params, opt_state, prec_state, fusion_state, loss, aux, guard
 
     def step(self, state: RMTState):
         c, hp = self.cfg, state.hparams
@@ -327,16 +363,10 @@ class RMT(Agent):
         opt_state = state.opt_state._replace(hyperparams={**state.opt_state.hyperparams, "learning_rate": lr})
 
         def update(carry, k):
-            params, target_params, opt_state, replay, grad_steps, prec_state = carry
-            batch, info = self.replay.sample(replay, k, c.batch_size, beta)
-
-            def loss_fn(p, dtype):
-                q = self._q_of(self.q_values(p, batch["obs"], dtype), batch["action"])
-                td = self._targets(p, target_params, batch, hp.gamma, dtype) - q
-                return (info.weight * optax.huber_loss(td, delta=c.huber_delta)).mean(), (td, q)
-
-            params, opt_state, prec_state, loss, (td, q), guard = prec.update(
-                prec_state, loss_fn, params, opt_state, self.tx, clip)
+            params, target_params, opt_state, replay, grad_steps, prec_state, fusion_state = carry
+            batch, info = self.replay.sample(replay, k, self.local_batch, beta)
+            params, opt_state, prec_state, fusion_state, loss, (td, q), guard = self.gradient_step(
+                params, target_params, opt_state, prec_state, fusion_state, batch, info.weight, hp.gamma, clip)
             grad_steps = grad_steps + 1
             if c.target_update == "polyak":
                 target_params = optax.incremental_update(params, target_params, hp.tau)
@@ -347,7 +377,7 @@ class RMT(Agent):
             # (q_mean: Q of the minibatch before this step, no extra forward pass)
             # the write-back comes last: reading the batch after it would make XLA copy the buffer
             replay = self.replay.update(replay, info, finite_abs(td))
-            return (params, target_params, opt_state, replay, grad_steps, prec_state), (stats, info)
+            return (params, target_params, opt_state, replay, grad_steps, prec_state, fusion_state), (stats, info)
 
         def learn(args):
             k_updates, k_stats = jax.random.split(k_learn)
@@ -357,11 +387,12 @@ class RMT(Agent):
             stats = {**summarize(stats), **self.replay.batch_stats(args[3], last, k_stats)}
             return args, stats
 
-        carry = (state.params, state.target_params, opt_state, replay, state.grad_steps, state.precision)
+        carry = (state.params, state.target_params, opt_state, replay, state.grad_steps, state.precision,
+                 state.fusion)
         stats_shape = jax.eval_shape(learn, carry)[1]
         skip = lambda args: (args, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), stats_shape))
         learning = env_steps >= c.learning_starts
-        (params, target_params, opt_state, replay, grad_steps, prec_state), stats = jax.lax.cond(
+        (params, target_params, opt_state, replay, grad_steps, prec_state, fusion_state), stats = jax.lax.cond(
             learning, learn, skip, carry)
         td_ema = ema(state.td_ema, stats["td_abs"], learning & (stats["skipped_frac"] < 1.0))
 
@@ -369,7 +400,7 @@ class RMT(Agent):
             params=params, target_params=target_params, opt_state=opt_state, env_state=env_state, obs=obs,
             window=window, replay=replay, log_temperature=log_temp, td_ema=td_ema, precision=prec_state,
             iteration=state.iteration + 1,
-            env_steps=env_steps, grad_steps=grad_steps, key=key)
+            env_steps=env_steps, grad_steps=grad_steps, key=key, fusion=fusion_state)
         metrics = {
             "env_steps": env_steps, **episode_metrics(state.env_state, env_state), **stats,
             "td_error_ema": td_ema, "lr_in_force": lr, "epsilon": epsilon, "temperature": jnp.exp(log_temp), "beta": beta,
@@ -377,4 +408,6 @@ class RMT(Agent):
             "nongreedy_frac": act_info["nongreedy_frac"].mean(), "td_new_abs": finite_abs(td_new).mean(),
             **self.replay.buffer_stats(replay), **hparam_metrics(hp), **prec.metrics(prec_state, clip),
         }
+        if self.fusion is not None:
+            metrics = self.fusion.reduce_metrics(metrics)
         return new_state, metrics

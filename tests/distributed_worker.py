@@ -1,0 +1,129 @@
+"""Checks that need several devices or processes, run by tests/test_distributed.py in a
+subprocess (the device count is fixed when JAX starts): each prints one JSON line.
+
+    python tests/distributed_worker.py equivalence       # with 4 CPU devices
+    python tests/distributed_worker.py learn FUSION STEPS
+    python tests/distributed_worker.py multihost PORT PROCESS_ID
+"""
+
+import json
+import sys
+
+
+def equivalence() -> dict:
+    """Three fused `mean` steps on 4 devices, each with a quarter of a fixed global minibatch,
+    against three steps on 1 device with the whole minibatch: max |Δ| of the parameters."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import PartitionSpec as P
+
+    import rmtjax
+    from rmtjax import distributed
+    from rmtjax.agents import build_agent
+
+    out = {"devices": jax.device_count()}
+    for algo in ("rmt", "dqn"):
+        base = {"train.total_steps": 2000, "train.progress": False, "agent.batch_size": 64, "agent.n_step": 3,
+                "agent.buffer_size": 2048, "agent.hidden": [32, 32], "precision.clip_decay_to": 0.5}
+        one = build_agent(rmtjax.make_config(algo, "CartPole-v1", base))
+        four = build_agent(rmtjax.make_config(algo, "CartPole-v1", {**base, "distributed.devices": 4}))
+        state = one.init(jax.random.key(1))
+        # a global minibatch of 64 distinct transitions with varied rewards, steps and terminals
+        k = jax.random.split(jax.random.key(2), 6)
+        B = 64
+        batch = {"obs": jax.random.normal(k[0], (B, 4)), "action": jax.random.randint(k[1], (B,), 0, 2),
+                 "rewards": jax.random.normal(k[2], (B, 3)), "steps": jax.random.randint(k[3], (B,), 1, 4),
+                 "boot_obs": jax.random.normal(k[4], (B, 4)), "terminated": jax.random.bernoulli(k[5], 0.2, (B,))}
+        weight = jnp.linspace(0.5, 1.0, B)
+        gamma, clip = jnp.float32(0.99), jnp.float32(0.3)  # a clip that binds: the fused norm is clipped
+
+        def steps(agent, fusion_state, batch, weight):
+            params, opt, prec = state.params, state.opt_state, state.precision
+            losses = []
+            for _ in range(3):
+                params, opt, prec, fusion_state, loss, _, guard = agent.gradient_step(
+                    params, state.target_params, opt, prec, fusion_state, batch, weight, gamma, clip)
+                losses.append(loss)
+            return params, jnp.stack(losses), guard["grad_norm"]
+
+        ref = jax.jit(lambda b, w: steps(one, None, b, w))(batch, weight)
+        mesh = distributed.make_mesh(four.config.distributed)
+        fusion0 = four.fusion.init(state.params)
+        fused = jax.jit(jax.shard_map(lambda b, w: steps(four, fusion0, b, w), mesh=mesh,
+                                      in_specs=(P("data"), P("data")), out_specs=P(), check_vma=False))(batch, weight)
+        diff = jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))), ref[0], fused[0])
+        scale = max(float(jnp.max(jnp.abs(x))) for x in jax.tree.leaves(ref[0]))
+        moved = jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))), ref[0], state.params)
+        out[algo] = {"max_param_diff": max(jax.tree.leaves(diff)), "param_scale": scale,
+                     "max_param_move": max(jax.tree.leaves(moved)),
+                     "loss_one": [float(x) for x in ref[1]], "loss_four": [float(x) for x in fused[1]],
+                     "grad_norm_one": float(ref[2]), "grad_norm_four": float(fused[2])}
+
+    # a short whole run through make_train: the state comes back stacked over the devices
+    cfg = rmtjax.make_config("dqn", "CartPole-v1", {
+        "train.total_steps": 1024, "train.num_seeds": 2, "agent.learning_starts": 256, "agent.hidden": [16, 16],
+        "distributed.devices": 4, "distributed.fusion": "int8"})
+    state, metrics = jax.jit(rmtjax.make_train(cfg))(jax.random.key(0))
+    params = jax.tree.leaves(state.params)
+    out["make_train"] = {
+        "param_shape": list(params[0].shape), "metric_shape": list(metrics["loss"].shape),
+        "replicas_equal": all(bool(jnp.all(p == p[:1])) for p in params),
+        "obs_differ": bool(jnp.any(state.obs[0] != state.obs[1])),
+        "moved": bool(jnp.any(metrics["loss"][:, -1] > 0))}
+    return out
+
+
+def learn(fusion: str, steps: int) -> dict:
+    """DQN on CartPole-v1 with 4 devices and the given fusion (2 seeds): final returns."""
+    import jax
+
+    import rmtjax
+
+    # the DQN preset with a smaller net and faster targets (as benchmarks/distributed.py), which
+    # learns in a CI-sized budget
+    small = {"agent.hidden": [64, 64], "agent.lr": 1e-3, "agent.target_update_every": 100,
+             "agent.learning_starts": 500, "agent.batch_size": 64, "agent.buffer_size": 10_000,
+             "agent.eps_decay_frac": 0.3}
+    cfg = rmtjax.make_config("dqn", "CartPole-v1", {
+        "train.total_steps": steps, "train.num_seeds": 2, "train.progress": False, "train.num_chunks": 1,
+        "distributed.devices": 4, "distributed.fusion": fusion, **small})
+    r = rmtjax.train(cfg, jax.random.key(0))
+    return {"final_return": r.final_return.tolist(), "env_steps": r.env_steps,
+            "episode_return_last": r.metrics["episode_return"][:, -1].tolist()}
+
+
+def multihost(port: int, process_id: int) -> dict:
+    """Process `process_id` of 2 on 127.0.0.1:`port`, 2 CPU devices each: a short DQN run on the
+    4-device mesh that spans both; the parameters' checksum."""
+    import rmtjax
+    from rmtjax import distributed
+
+    settings = {"devices": 4, "fusion": "topk", "coordinator_address": f"127.0.0.1:{port}", "num_processes": 2,
+                "process_id": process_id}
+    distributed.initialize(distributed.DistributedConfig(**settings))  # before anything else touches JAX
+    cfg = rmtjax.make_config("dqn", "CartPole-v1", {
+        "train.total_steps": 2048, "train.progress": False, "train.num_chunks": 2, "agent.learning_starts": 256,
+        "agent.hidden": [32, 32], **{f"distributed.{k}": v for k, v in settings.items()}})
+    import jax
+    import numpy as np
+
+    r = rmtjax.train(cfg, jax.random.key(0))
+    leaves = [np.asarray(x, np.float64) for x in jax.tree.leaves(r.state.params)]
+    return {"process_id": jax.process_index(), "processes": jax.process_count(), "devices": jax.device_count(),
+            "local_devices": jax.local_device_count(), "checksum": float(sum(np.sum(x * (i + 1)) for i, x in
+                                                                                 enumerate(leaves))),
+            "abs_sum": float(sum(np.abs(x).sum() for x in leaves)), "env_steps": r.env_steps,
+            "final_return": r.final_return.tolist()}
+
+
+if __name__ == "__main__":
+    what, *args = sys.argv[1:]
+    if what == "equivalence":
+        result = equivalence()
+    elif what == "learn":
+        result = learn(args[0], int(args[1]))
+    elif what == "multihost":
+        result = multihost(int(args[0]), int(args[1]))
+    else:
+        raise SystemExit(f"unknown check {what!r}")
+    print("RESULT " + json.dumps(result), flush=True)

@@ -88,7 +88,8 @@ class Budget:
 
 QUICK = Budget(
     seeds=4,
-    steps={e: 10_000 for e in ENVS},
+    # MountainCarContinuous episodes last 999 steps: 20k lets the 16-env presets finish one or two
+    steps={**{e: 10_000 for e in ENVS}, "MountainCarContinuous-v0": 20_000},
     ablation_envs=("CartPole-v1",),
     ablation_steps=10_000,
     convergence_threshold=100.0,
@@ -143,10 +144,30 @@ class Run:
     def final(self) -> np.ndarray:
         return self.result.final_return
 
+    @property
+    def started(self) -> np.ndarray:
+        """[seeds, iterations]: whether every env could have finished an episode by then (as many
+        episodes completed as there are envs). Before that `episode_return` holds zeros, which are
+        no return at all, so learning curves leave those iterations out."""
+        return np.cumsum(self.result.metrics["episode_count"], axis=1) >= self.result.config.env.num_envs
+
+    @property
+    def episodes(self) -> np.ndarray:
+        """Episodes completed per seed (all its envs)."""
+        return self.result.metrics["episode_count"].sum(axis=1)
+
+    def curve(self) -> np.ndarray:
+        """[seeds, iterations] returns, NaN before the seed's envs finished their first episodes."""
+        return np.where(self.started, self.returns, np.nan)
+
     def auc(self) -> np.ndarray:
-        """Per seed: mean of the normalised learning curve at ten evenly spaced points."""
-        _, pts = curve_points(self.returns, self.env_steps)
-        return normalise(self.env, pts).mean(axis=1)
+        """Per seed: mean of the normalised learning curve at ten evenly spaced points (the points
+        before its first finished episodes left out; NaN if none is left)."""
+        _, pts = curve_points(self.curve(), self.env_steps)
+        pts = normalise(self.env, pts)
+        ok = np.isfinite(pts)
+        n = ok.sum(axis=1)
+        return np.where(n > 0, np.where(ok, pts, 0.0).sum(axis=1) / np.maximum(n, 1), np.nan)
 
     @property
     def sps(self) -> float:
@@ -160,7 +181,7 @@ class Run:
 
     def steps_to(self, threshold: float) -> np.ndarray:
         """Per seed: env steps at the first iteration whose return reaches `threshold` (inf: never)."""
-        hit = self.returns >= threshold
+        hit = self.curve() >= threshold  # NaN (no episode finished yet) never counts
         first = np.where(hit.any(axis=1), hit.argmax(axis=1), -1)
         return np.where(first >= 0, self.env_steps[first], np.inf)
 
@@ -202,8 +223,8 @@ class Suite:
                 if not fits(algo, env_id):
                     continue
                 run = self.main_runs[(algo, env_id)] = self.run(algo, env_id, b.steps[env_id], [])
-                f, a = iqm_ci(run.final), iqm_ci(run.auc())
-                rows.append([env_id, algo, _ci(f), _ci(a, 3), f"{np.mean(run.final):.1f}",
+                f, a = iqm_ci(run.final), finite_iqm_ci(run.auc())
+                rows.append([env_id, algo, _ci(f), _ci(a, 3), f"{np.mean(run.final):.1f}", f"{run.episodes.min():,}",
                              f"{run.sps:,.0f}", f"{run.result.compile_seconds:.0f}",
                              " ".join(run.sets) or "preset"])
                 pooled_final.setdefault(algo, {})[env_id] = normalise(env_id, run.final)
@@ -214,15 +235,15 @@ class Suite:
             if algo not in pooled_final:
                 continue
             envs = list(pooled_final[algo])
-            f = stratified_iqm_ci(np.stack([pooled_final[algo][e] for e in envs], axis=1))
-            a = stratified_iqm_ci(np.stack([pooled_auc[algo][e] for e in envs], axis=1))
+            f = _pooled(np.stack([pooled_final[algo][e] for e in envs], axis=1))
+            a = _pooled(np.stack([pooled_auc[algo][e] for e in envs], axis=1))
             agg.append([algo, _ci(f, 3), _ci(a, 3), ", ".join(envs)])
         steps = ", ".join(f"{e} {b.steps[e]:,}" for e in self.args.envs)
         ranges = ", ".join(f"{e} [{lo:g}, {hi:g}]" for e, (lo, hi) in SCORE_RANGE.items() if e in self.args.envs)
         md = [
             f"## Sample efficiency: agents × environments ({b.seeds} seeds each)", "",
-            _table(["env", "agent", "final return IQM [95% CI]", "AUC IQM [95% CI]", "final mean", "env-steps/s",
-                    "compile s", "settings"], rows), "",
+            _table(["env", "agent", "final return IQM [95% CI]", "AUC IQM [95% CI]", "final mean", "episodes/seed",
+                    "env-steps/s", "compile s", "settings"], rows), "",
             f"Env steps per seed (equal for every agent on an env): {steps}. Each agent starts from its preset for "
             "the env (`rmtjax/configs/`), else from its defaults; `settings` lists what the suite changed. "
             "**Final return**: each seed's mean, over its envs, of the return of the last completed episode. "
@@ -230,7 +251,10 @@ class Suite:
             "points of training (each point: the mean over the seed's envs of the last completed episode's "
             "return), after normalising each return as (return − low) / (high − low) with [low, high] = "
             f"{ranges} (about a random policy, about a solved env). IQM: the mean of the middle 50% of the "
-            "seeds; 95% CI: percentile bootstrap over the seeds (2,000 resamples). Env-steps/s: all seeds, the "
+            "seeds; 95% CI: percentile bootstrap over the seeds (2,000 resamples). Iterations before a seed's "
+            "envs had finished as many episodes as there are envs are left out of its curve and AUC (the metric "
+            "holds 0 there, not a return); `episodes/seed`: episodes finished, fewest over the seeds (a final "
+            "return from 0 episodes is 0 and means nothing). Env-steps/s: all seeds, the "
             "whole loop (acting, replay, learning), compile excluded.", "",
             "### Pooled over environments (normalised scores)", "",
             _table(["agent", "final score IQM [95% CI]", "AUC IQM [95% CI]", "envs"], agg), "",
@@ -255,8 +279,8 @@ class Suite:
                 run = self.run("rmt", env_id, b.ablation_steps, run_sets, tag=f"rmt ablation '{name}'")
                 self.extra["ablations"][(env_id, name)] = run
                 full = full or run
-                f, a = iqm_ci(run.final), iqm_ci(run.auc())
-                d_auc = float(np.mean(run.auc()) - np.mean(full.auc()))
+                f, a = iqm_ci(run.final), finite_iqm_ci(run.auc())
+                d_auc = float(np.nanmean(run.auc()) - np.nanmean(full.auc()))
                 rows.append([env_id, name, change, _ci(f), _ci(a, 3), f"{d_auc:+.3f}",
                              f"{run.late_mean('top_td_share'):.3f}", f"{run.sps:,.0f}"])
             self._write()
@@ -357,8 +381,8 @@ class Suite:
                     _band(ax, run, algo)
             ax.set_title(env_id)
             ax.set_xlabel("env steps per seed")
+            ax.legend(fontsize=7)
         axes[0][0].set_ylabel("episode return (IQM, 95% CI)")
-        axes[0][-1].legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(RESULTS / f"suite_{self.args.mode}_curves.png", dpi=90)
         plt.close(fig)
@@ -382,8 +406,12 @@ class Suite:
 
 
 def _band(ax, run: Run, label: str, points: int = 40):
-    ret = run.returns
-    idx = np.unique(np.linspace(0, ret.shape[1] - 1, min(points, ret.shape[1])).round().astype(int))
+    ret = run.curve()
+    begun = np.isfinite(ret).all(axis=0)  # every seed has finished its first episodes
+    if not begun.any():
+        return
+    first = int(begun.argmax())
+    idx = np.unique(np.linspace(first, ret.shape[1] - 1, min(points, ret.shape[1] - first)).round().astype(int))
     mid, lo, hi = bootstrap_band(ret[:, idx])
     x = run.env_steps[idx]
     ax.plot(x, mid, label=label)
@@ -402,8 +430,21 @@ def _pyplot():
     return plt
 
 
+def finite_iqm_ci(values) -> tuple[float, float, float]:
+    """`iqm_ci` of the finite values (a seed with no finished episode has none); NaNs if none."""
+    v = np.asarray(values, np.float64)
+    v = v[np.isfinite(v)]
+    return iqm_ci(v) if v.size else (math.nan, math.nan, math.nan)
+
+
+def _pooled(scores) -> tuple[float, float, float]:
+    return stratified_iqm_ci(scores) if np.isfinite(scores).any() else (math.nan, math.nan, math.nan)
+
+
 def _ci(t, digits: int = 1) -> str:
     mid, lo, hi = t
+    if not math.isfinite(mid):
+        return "—"
     return f"{mid:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 

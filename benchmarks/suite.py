@@ -191,6 +191,7 @@ class Suite:
         self.args, self.budget = args, budget
         self.runs: dict[tuple, Run] = {}
         self.main_runs: dict[tuple, Run] = {}  # (algo, env) -> the curves section's run
+        self.pending: dict = {}  # key -> Future of a prefetched run (--jobs > 1)
         self.sections: dict[str, str] = {}  # section name -> markdown
         self.figures: list[str] = []
         self.throughput: dict = {}
@@ -199,17 +200,61 @@ class Suite:
         self.load0 = os.getloadavg()
 
     # -- running ----------------------------------------------------------------------------
+    def _key(self, algo: str, env_id: str, steps: int, sets: list) -> tuple:
+        return (algo, env_id, steps, tuple(list(self.budget.fit.get((algo, env_id), [])) + list(sets)))
+
+    def _train(self, key: tuple, tag: str) -> Run:
+        algo, env_id, steps, sets = key
+        t0 = time.perf_counter()
+        result = run_agent(algo, env_id, steps, self.budget.seeds, list(sets), self.args.seed)
+        run = Run(algo, env_id, list(sets), result, time.perf_counter() - t0)
+        self.log(f"{tag or algo} on {env_id} {' '.join(sets)}: final IQM {iqm_ci(run.final, reps=200)[0]:.1f}, "
+                 f"{run.sps:,.0f} env-steps/s, compile {result.compile_seconds:.0f}s, wall {run.wall:.0f}s")
+        return run
+
     def run(self, algo: str, env_id: str, steps: int, sets: list, tag: str = "") -> Run:
-        sets = list(self.budget.fit.get((algo, env_id), [])) + list(sets)
-        key = (algo, env_id, steps, tuple(sets))
+        key = self._key(algo, env_id, steps, sets)
         if key not in self.runs:
-            t0 = time.perf_counter()
-            result = run_agent(algo, env_id, steps, self.budget.seeds, sets, self.args.seed)
-            run = Run(algo, env_id, sets, result, time.perf_counter() - t0)
-            self.runs[key] = run
-            self.log(f"{tag or algo} on {env_id} {' '.join(sets)}: final IQM {iqm_ci(run.final, reps=200)[0]:.1f}, "
-                     f"{run.sps:,.0f} env-steps/s, compile {result.compile_seconds:.0f}s, wall {run.wall:.0f}s")
+            pending = self.pending.pop(key, None)
+            self.runs[key] = pending.result() if pending is not None else self._train(key, tag)
         return self.runs[key]
+
+    def plan(self) -> list[tuple]:
+        """Every learning run the chosen sections will ask for, in the order they ask."""
+        b, a = self.budget, self.args
+        keys = []
+        if "curves" in a.sections:
+            keys += [self._key(algo, e, b.steps[e], []) for e in a.envs for algo in a.agents if fits(algo, e)]
+        if "ablations" in a.sections:
+            keys += [self._key("rmt", e, b.ablation_steps, [] if name == "meta off" else FULL_RMT + sets)
+                     for e in a.ablation_envs for name, _, sets in ABLATIONS]
+        if "claims" in a.sections:
+            uniform = dict((n, s) for n, _, s in ABLATIONS)["uniform replay"]
+            keys += [self._key("rmt", a.ablation_envs[0], b.ablation_steps, FULL_RMT),
+                     self._key("rmt", a.ablation_envs[0], b.ablation_steps, FULL_RMT + uniform),
+                     self._key("sac", "Pendulum-v1", b.steps["Pendulum-v1"], []),
+                     self._key("sac", "Pendulum-v1", b.steps["Pendulum-v1"], ["meta.mode=rules"]),
+                     self._key("rmt", "CartPole-v1", b.steps["CartPole-v1"], []),
+                     self._key("rmt", "CartPole-v1", b.steps["CartPole-v1"], ["agent.torso=residual"]),
+                     self._key("rmt", "MountainCar-v0", b.discovery_steps, []),
+                     self._key("rmt", "MountainCar-v0", b.discovery_steps, ["agent.exploration=eps_greedy"])]
+        return list(dict.fromkeys(keys))
+
+    def prefetch(self):
+        """With `--jobs N > 1`, start every planned run on N threads now: one run's compile (mostly
+        one core) overlaps another's training. The sections then wait for the runs they use."""
+        if self.args.jobs <= 1:
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.pool = ThreadPoolExecutor(self.args.jobs)
+        for key in self.plan():
+            self.pending[key] = self.pool.submit(self._train, key, "")
+
+    def drain(self):
+        """Wait for every prefetched run (so that throughput is timed on an otherwise idle process)."""
+        for key in list(self.pending):
+            self.runs[key] = self.pending.pop(key).result()
 
     def log(self, msg: str):
         print(f"[{time.perf_counter() - self.t0:6.0f}s] {msg}", flush=True)
@@ -255,13 +300,16 @@ class Suite:
             "envs had finished as many episodes as there are envs are left out of its curve and AUC (the metric "
             "holds 0 there, not a return); `episodes/seed`: episodes finished, fewest over the seeds (a final "
             "return from 0 episodes is 0 and means nothing). Env-steps/s: all seeds, the "
-            "whole loop (acting, replay, learning), compile excluded.", "",
+            "whole loop (acting, replay, learning), compile excluded"
+            + (f"; with `--jobs {self.args.jobs}` up to {self.args.jobs} runs trained at once and shared the cores, "
+               "so env-steps/s and compile s here are not clean measurements (the throughput section is)."
+               if self.args.jobs > 1 else "."), "",
             "### Pooled over environments (normalised scores)", "",
             _table(["agent", "final score IQM [95% CI]", "AUC IQM [95% CI]", "envs"], agg), "",
             "IQM over every (env, seed) run of the agent, with a stratified bootstrap (seeds resampled within "
             "each env, 2,000 times). Agents cover different envs (dqn: discrete only, sac: continuous only), so "
             "compare pooled rows only across agents with the same envs.", "",
-            f"![learning curves](suite_{self.args.mode}_curves.png)",
+            f"![learning curves]({self.args.name}_curves.png)",
         ]
         self.sections["curves"] = "\n".join(md)
         self._plot_curves()
@@ -292,7 +340,7 @@ class Suite:
             "`meta.mode=rules`; every other row changes one setting. AUC as in the table above. "
             "`top_td_share`: share of each minibatch whose |TD error| is in the buffer's top 10% (mean over the "
             "second half of training; a uniform draw gives 0.10).", "",
-            f"![ablations](suite_{self.args.mode}_ablations.png)",
+            f"![ablations]({self.args.name}_ablations.png)",
         ]
         self.sections["ablations"] = "\n".join(md)
         self._plot_ablations()
@@ -303,6 +351,7 @@ class Suite:
 
         b = self.budget
         rows = []
+        self.drain()
         for algo in self.args.agents:
             steps = b.throughput_steps[algo]
             env_id = peers.THROUGHPUT_ENV[algo]
@@ -338,8 +387,9 @@ class Suite:
         from benchmarks import claims
 
         text = claims.build(self)
-        (RESULTS / "claims.md").write_text(text)
-        self.log("wrote results/claims.md")
+        name = "claims.md" if self.args.name == f"suite_{self.args.mode}" else f"{self.args.name}_claims.md"
+        (RESULTS / name).write_text(text)
+        self.log(f"wrote results/{name}")
         print(text)
 
     # -- output -----------------------------------------------------------------------------
@@ -353,20 +403,21 @@ class Suite:
                 f"{l1[0]:.1f}/{l1[1]:.1f}/{l1[2]:.1f} (above the core count: the machine was shared)",
                 f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}",
                 f"- git: {_git_rev()}",
-                f"- wall time so far: {elapsed / 60:.1f} min (sections: {', '.join(self.args.sections)})", ""]
+                f"- wall time so far: {elapsed / 60:.1f} min (sections: {', '.join(self.args.sections)}; "
+                f"{self.args.jobs} learning run(s) at a time)", ""]
 
     def _write(self):
         RESULTS.mkdir(parents=True, exist_ok=True)
         body = [self.sections[s] for s in ("curves", "ablations", "throughput") if s in self.sections]
         text = "\n".join(self.header(f"Benchmark suite ({self.args.mode})")) + "\n" + "\n\n".join(body) + "\n"
-        (RESULTS / f"suite_{self.args.mode}.md").write_text(text)
+        (RESULTS / f"{self.args.name}.md").write_text(text)
         arrays = {}
         for (algo, env_id, steps, sets), run in self.runs.items():
             name = "|".join([algo, env_id, str(steps), *sets])
             arrays[name + "|return"] = run.returns.astype(np.float32)
             arrays[name + "|env_steps"] = run.env_steps
         if arrays:
-            np.savez_compressed(RESULTS / f"suite_{self.args.mode}.npz", **arrays)
+            np.savez_compressed(RESULTS / f"{self.args.name}.npz", **arrays)
 
     def _plot_curves(self):
         plt = _pyplot()
@@ -384,7 +435,7 @@ class Suite:
             ax.legend(fontsize=7)
         axes[0][0].set_ylabel("episode return (IQM, 95% CI)")
         fig.tight_layout()
-        fig.savefig(RESULTS / f"suite_{self.args.mode}_curves.png", dpi=90)
+        fig.savefig(RESULTS / f"{self.args.name}_curves.png", dpi=90)
         plt.close(fig)
 
     def _plot_ablations(self):
@@ -401,7 +452,7 @@ class Suite:
             ax.set_ylabel("episode return (IQM, 95% CI)")
             ax.legend(fontsize=8)
         fig.tight_layout()
-        fig.savefig(RESULTS / f"suite_{self.args.mode}_ablations.png", dpi=90)
+        fig.savefig(RESULTS / f"{self.args.name}_ablations.png", dpi=90)
         plt.close(fig)
 
 
@@ -475,9 +526,14 @@ def parse_args(argv=None):
     ap.add_argument("--envs", nargs="+", default=list(ENVS), choices=ENVS)
     ap.add_argument("--ablation-envs", nargs="+", default=None, help="default: the mode's (CartPole-v1 in quick)")
     ap.add_argument("--seed", type=int, default=0, help="PRNG seed of every run")
+    ap.add_argument("--name", default=None, help="results/NAME.md, NAME_curves.png, ... (default: suite_<mode>)")
+    ap.add_argument("--jobs", type=int, default=2,
+                    help="learning runs at a time (threads; compile of one overlaps training of another). "
+                         "The throughput section always runs alone")
     args = ap.parse_args(argv)
     budget = QUICK if args.mode == "quick" else FULL
     args.ablation_envs = tuple(args.ablation_envs or budget.ablation_envs)
+    args.name = args.name or f"suite_{args.mode}"
     args.sections = [s for s in SECTIONS if s in args.sections]
     return args, budget
 
@@ -485,11 +541,13 @@ def parse_args(argv=None):
 def main(argv=None):
     args, budget = parse_args(argv)
     suite = Suite(args, budget)
+    suite.prefetch()
     for section in args.sections:
         suite.log(f"section {section}")
         getattr(suite, {"throughput": "throughput_section"}.get(section, section))()
+    suite.drain()
     suite._write()
-    suite.log(f"done: results/suite_{args.mode}.md ({(time.perf_counter() - suite.t0) / 60:.1f} min)")
+    suite.log(f"done: results/{args.name}.md ({(time.perf_counter() - suite.t0) / 60:.1f} min)")
 
 
 if __name__ == "__main__":

@@ -94,7 +94,7 @@ def build(suite) -> str:
     uni = suite.run("rmt", env, b.ablation_steps, FULL_RMT + dict((n, s) for n, _, s in ABLATIONS)["uniform replay"],
                     tag="rmt uniform (claims)")
     s_full, s_uni = full.late_mean("top_td_share"), uni.late_mean("top_td_share")
-    rows.append(["Tiered replay raises the share of key samples (buffer's top 10% of |TD error|) in a minibatch "
+    rows.append(["Tiered replay raises the share of key samples (buffer's top 10% of \\|TD error\\|) in a minibatch "
                  "from 12% to 58%",
                  f"uniform {100 * s_uni:.1f}% → tiered {100 * s_full:.1f}% (RMT on {env}, {b.ablation_steps:,} steps, "
                  f"{b.seeds} seeds; `top_td_share`, mean over the second half of training)",
@@ -106,7 +106,7 @@ def build(suite) -> str:
     off = suite.run("sac", "Pendulum-v1", steps, [], tag="sac Pendulum meta off (claims)")
     on = suite.run("sac", "Pendulum-v1", steps, ["meta.mode=rules"], tag="sac Pendulum meta rules (claims)")
     f_off, f_on = iqm_ci(off.final), iqm_ci(on.final)
-    change = (f_on[0] - f_off[0]) / abs(f_off[0])
+    change = (f_on[0] - f_off[0]) / abs(f_off[0]) if f_off[0] else math.nan
     rows.append(["The meta-controller adds 37% to the return on Pendulum",
                  f"final return IQM: meta off {f_off[0]:.0f} [{f_off[1]:.0f}, {f_off[2]:.0f}], `rules` {f_on[0]:.0f} "
                  f"[{f_on[1]:.0f}, {f_on[2]:.0f}]: {100 * change:+.0f}% (relative to |off|; SAC preset, {steps:,} steps, "

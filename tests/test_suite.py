@@ -61,3 +61,34 @@ def test_quick_budget_gives_every_agent_equal_steps_on_an_env():
     assert budget is QUICK and args.sections == ["curves", "ablations", "throughput", "claims"]
     assert set(QUICK.steps) == set(FULL.steps) == set(args.envs)
     assert parse_args(["--full", "--sections", "claims", "curves"])[0].sections == ["curves", "claims"]
+
+
+def test_claims_table_reads_every_claim_from_the_runs(monkeypatch):
+    from benchmarks import claims
+
+    def run(algo, env, steps, sets, tag=""):
+        r = fake_run([[-200, -150, -120, -100]] * 4 if env == "MountainCar-v0" else [[10, 120, 300, 480]] * 4,
+                     [[4, 4, 4, 4]] * 4, env=env, num_envs=4)
+        r.result.metrics["top_td_share"] = np.full((4, 4), 0.1 if "agent.replay=uniform" in sets else 0.6)
+        if "agent.exploration=eps_greedy" in sets:  # finds the flag later
+            r.result.metrics["episode_return"] = np.array([[-200, -200, -200, -150]] * 4, float)
+        if "meta.mode=rules" in sets and env == "Pendulum-v1":
+            r.result.final_return = np.full(4, -600.0)
+        elif env == "Pendulum-v1":
+            r.result.final_return = np.full(4, -1000.0)
+        return r
+
+    suite = SimpleNamespace(budget=QUICK, args=SimpleNamespace(mode="quick", ablation_envs=("CartPole-v1",)), run=run,
+                            throughput={"ppo": {"rmtjax": {"sps": 30_000.0}, "sb3": {"sps": 1_000.0}}},
+                            log=lambda msg: None, header=lambda title: ["# ", "", "- machine: test"])
+    monkeypatch.setattr(claims, "env_step_times", lambda: {"gymnax_1": 2.0, "gymnax_64": 0.05, "gymnasium_1": 20.0,
+                                                           "gymnasium_64": 0.5})
+    text = claims.build(suite)
+    lines = text.splitlines()
+    rows = lines[lines.index("|---|---|---|---|") + 1:][:6]
+    assert all(row.count(" | ") == 3 for row in rows), "four cells, no stray pipes"
+    assert len(rows) == 6
+    assert "uniform 10.0% → tiered 60.0%" in rows[0] and "| supported |" in rows[0]
+    assert "+40%" in rows[1]  # -1000 -> -600
+    assert "ε only ÷ ε+Boltzmann = 2.00×" in rows[3]
+    assert "10.0× at 1 env" in rows[4] and "PPO 30.0×" in rows[5]

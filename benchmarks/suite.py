@@ -21,6 +21,14 @@ Sections (all by default, in this order; `--sections` picks some):
 - `claims`: each quantitative claim of the design next to what this run measured
   (`results/claims.md`).
 
+Budgets (`QUICK`, `FULL` below): `--quick` runs 4 seeds, 10,000 env steps per env (20,000 on
+MountainCarContinuous-v0, whose episodes last 999 steps), ablations on CartPole-v1 at 10,000, the
+MountainCar-v0 discovery claim at 20,000, throughput runs of 2,000-20,000 steps: about 23 learning
+runs, most of the time going to compiles (RMT's compile is the longest, 30-170 s here). `--full`
+runs 16 seeds, CartPole/Acrobot 300k, Breakout-MinAtar 1M, Pendulum/MountainCarContinuous 100k,
+ablations on CartPole and Acrobot at 300k, discovery at 200k, throughput at 20k-500k: hours on a
+2-core CPU (RMT trains at roughly 1,000 env-steps/s there), meant for a bigger machine.
+
 Results: `results/suite_<mode>.md` (tables; command, machine, load, date, commit),
 `results/suite_<mode>_curves.png`, `results/suite_<mode>_ablations.png`,
 `results/suite_<mode>.npz` (every run's per-iteration returns) and `results/claims.md`.

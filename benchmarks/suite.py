@@ -464,6 +464,9 @@ class Suite:
         plt.close(fig)
 
 
+COLORS = {"rmt": "tab:blue", "dqn": "tab:orange", "ppo": "tab:green", "sac": "tab:red"}
+
+
 def _band(ax, run: Run, label: str, points: int = 40):
     ret = run.curve()
     begun = np.isfinite(ret).all(axis=0)  # every seed has finished its first episodes
@@ -473,8 +476,9 @@ def _band(ax, run: Run, label: str, points: int = 40):
     idx = np.unique(np.linspace(first, ret.shape[1] - 1, min(points, ret.shape[1] - first)).round().astype(int))
     mid, lo, hi = bootstrap_band(ret[:, idx])
     x = run.env_steps[idx]
-    ax.plot(x, mid, label=label)
-    ax.fill_between(x, lo, hi, alpha=0.2)
+    color = COLORS.get(label)  # an agent keeps its colour across panels
+    ax.plot(x, mid, label=label, color=color)
+    ax.fill_between(x, lo, hi, alpha=0.2, color=color)
 
 
 def _pyplot():

@@ -119,7 +119,7 @@ def build(suite) -> str:
     change = (f_on[0] - f_off[0]) / abs(f_off[0]) if f_off[0] else math.nan
     rows.append(["The meta-controller adds 37% to the return on Pendulum",
                  f"final return IQM: meta off {f_off[0]:.0f} [{f_off[1]:.0f}, {f_off[2]:.0f}], `rules` {f_on[0]:.0f} "
-                 f"[{f_on[1]:.0f}, {f_on[2]:.0f}]: {100 * change:+.0f}% (relative to |off|; SAC preset, {steps:,} steps, "
+                 f"[{f_on[1]:.0f}, {f_on[2]:.0f}]: {100 * change:+.0f}% (relative to \\|off\\|; SAC preset, {steps:,} steps, "
                  f"{b.seeds} seeds)",
                  _overlap_reading(f_off, f_on, change, 0.37),
                  cmd + " (claims: sac Pendulum-v1, meta.mode off vs rules)"])

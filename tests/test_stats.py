@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from benchmarks.stats import bootstrap_ci, iqm, iqm_ci
+from benchmarks.stats import bootstrap_band, bootstrap_ci, iqm, iqm_along, iqm_ci, stratified_iqm_ci
 
 
 def test_iqm_is_the_mean_of_the_middle_half():
@@ -27,3 +27,26 @@ def test_bootstrap_interval_holds_the_estimate_and_narrows_with_more_seeds():
     assert np.diff(bootstrap_ci(many, reps=500)) < np.diff(bootstrap_ci(few, reps=500))
     assert bootstrap_ci([3.0] * 5, reps=50) == (3.0, 3.0)
     assert bootstrap_ci(few, reps=200, seed=4) == bootstrap_ci(few, reps=200, seed=4)  # reproducible
+
+
+def test_vectorised_iqm_equals_iqm_on_every_slice():
+    x = np.random.default_rng(2).normal(size=(7, 5))
+    np.testing.assert_allclose(iqm_along(x, axis=0), [iqm(x[:, j]) for j in range(5)])
+    np.testing.assert_allclose(iqm_along(x, axis=1), [iqm(row) for row in x])
+
+
+def test_stratified_interval_pools_tasks_and_skips_missing_ones():
+    rng = np.random.default_rng(3)
+    scores = np.stack([rng.normal(0, 1, 8), rng.normal(10, 1, 8), np.full(8, np.nan)], axis=1)
+    mid, lo, hi = stratified_iqm_ci(scores, reps=300)
+    assert mid == pytest.approx(iqm(scores[:, :2].ravel()))
+    assert lo <= mid <= hi
+    assert stratified_iqm_ci(np.ones((4, 2)), reps=20) == (1.0, 1.0, 1.0)
+
+
+def test_bootstrap_band_brackets_the_iqm_curve():
+    curves = np.random.default_rng(4).normal(size=(6, 10)).cumsum(axis=1)
+    mid, lo, hi = bootstrap_band(curves, reps=200)
+    assert mid.shape == lo.shape == hi.shape == (10,)
+    np.testing.assert_allclose(mid, iqm_along(curves, axis=0))
+    assert np.all(lo <= mid + 1e-9) and np.all(mid <= hi + 1e-9)

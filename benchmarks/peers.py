@@ -1,0 +1,144 @@
+"""Whole-loop training throughput of rmtjax and of its peers at matched settings, one seed each.
+
+Peers: rejax (JAX, gymnax envs, one jitted `train`) and stable-baselines3 (PyTorch on the CPU,
+gymnasium envs). Every timer returns a dict: `compile` (seconds; JAX only), `run` (seconds),
+`sps` (env steps per second of the run) and `note` (why a peer is missing, or what differs).
+A peer that is not installed or fails is reported through `note`, not raised: one missing
+peer must not stop the suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import jax
+import numpy as np
+
+import rmtjax
+from benchmarks.common import compile_and_time
+
+THROUGHPUT_ENV = {"ppo": "CartPole-v1", "dqn": "CartPole-v1", "rmt": "CartPole-v1", "sac": "Pendulum-v1"}
+
+# SAC settings of benchmarks/sac_throughput.py, shared by all three trainers
+SAC = dict(batch_size=256, buffer_size=100_000, learning_starts=1_000, lr=3e-4, tau=0.005, hidden=[64, 64])
+
+SETTINGS_NOTE = (
+    "Matched settings. **PPO** (CartPole-v1): 4 envs × 128 steps, 4 epochs × 4 minibatches, lr 2.5e-4, γ 0.99, "
+    "GAE λ 0.95, clip 0.2, entropy 0.01, 64-64 tanh actor and critic (rmtjax's preset). **DQN** (CartPole-v1): "
+    "rmtjax's preset — 4 envs, one gradient step (batch 128) per 4 env steps, buffer 50,000, learning from "
+    "2,000 steps, lr 5e-4, hard target update every 500 gradient steps (2,000 env steps) — with a 64-64 MLP "
+    "(the preset's is 128-128) because rejax 0.1.3 fixes its DQN network at 64-64; rejax DQN and SB3 DQN with the "
+    "same numbers (SB3: `train_freq=1` vector step of 4 envs, `gradient_steps=1`). "
+    "**SAC** (Pendulum-v1): 1 env, one gradient step per env step, batch 256, buffer 100,000, 1,000 warm-up "
+    "steps, lr 3e-4, τ 0.005, 64-64 ReLU (as `benchmarks/sac_throughput.py`). **RMT** has no peer "
+    "implementation; its own row is given for scale. rejax 0.1.3 sees gymnax 1.0.1's envs through a "
+    "5-value `step` adapter (done = terminated or truncated), its evaluation switched off; SB3 runs "
+    "`DummyVecEnv` gymnasium envs in this process, `device='cpu'`, torch limited to one intra-op thread (faster "
+    "than its default for networks this small), JAX with its defaults.")
+
+
+def _sac_args(steps: int):
+    return argparse.Namespace(steps=steps, **SAC)
+
+
+def rmtjax_config(algo: str, steps: int) -> rmtjax.Config:
+    if algo == "sac":
+        from benchmarks.sac_throughput import rmtjax_config as sac_config
+
+        return sac_config(_sac_args(steps))
+    sets = {"train.total_steps": steps, "train.num_seeds": 1, "train.progress": False}
+    if algo == "dqn":
+        sets["agent.hidden"] = [64, 64]  # rejax 0.1.3 builds DQN's Q-network 64-64 whatever it is given
+    return rmtjax.make_config(algo, THROUGHPUT_ENV[algo], sets)
+
+
+def time_rmtjax(algo: str, steps: int) -> dict:
+    """`rmtjax.make_train`, jitted whole like rejax's `train`: compile, then one run."""
+    cfg = rmtjax_config(algo, steps)
+    c, r, (_, metrics) = compile_and_time(rmtjax.make_train(cfg), jax.random.key(0))
+    done = int(np.asarray(metrics["env_steps"])[0, -1])
+    return {"compile": c, "run": r, "sps": done / r, "note": ""}
+
+
+def time_rejax(algo: str, steps: int) -> dict:
+    try:
+        import rejax  # noqa: F401
+    except ImportError:
+        return {"note": "rejax not installed (pip install 'rmtjax[bench]')"}
+    try:
+        if algo == "ppo":
+            from benchmarks.throughput import rejax_train_fn
+
+            fn = rejax_train_fn(steps)
+        elif algo == "sac":
+            from benchmarks.sac_throughput import rejax_sac
+
+            fn = rejax_sac(_sac_args(steps), env=None).train
+        elif algo == "dqn":
+            fn = _rejax_dqn(steps).train
+        else:
+            return {"note": "no rejax RMT"}
+        c, r, _ = compile_and_time(fn, jax.random.key(0))
+    except Exception as e:  # noqa: BLE001 - reported in the table
+        return {"note": f"rejax failed: {type(e).__name__}: {str(e)[:120]}"}
+    return {"compile": c, "run": r, "sps": steps / r, "note": ""}
+
+
+def _rejax_dqn(steps: int):
+    import gymnax
+    from rejax import DQN
+
+    from benchmarks.throughput import FiveValueStep
+
+    env, params = gymnax.make("CartPole-v1")
+    algo = DQN.create(env=FiveValueStep(env), env_params=params, num_envs=4, num_epochs=1, batch_size=128,
+                      buffer_size=50_000, fill_buffer=2_000, learning_rate=5e-4, gamma=0.99, max_grad_norm=10.0,
+                      target_update_freq=2_000, polyak=0.0, eps_start=1.0, eps_end=0.05, exploration_fraction=0.5,
+                      total_timesteps=steps, eval_freq=steps * 10, skip_initial_evaluation=True, ddqn=False,
+                      agent_kwargs={"activation": "relu"})  # rejax 0.1.3 fixes DQN's hidden layers at 64-64
+    return algo
+
+
+def time_sb3(algo: str, steps: int) -> dict:
+    try:
+        import stable_baselines3 as sb3
+        import torch
+    except ImportError as e:
+        return {"note": f"stable-baselines3/torch not installed ({e.name}; pip install 'rmtjax[bench]')"}
+    try:
+        from stable_baselines3.common.env_util import make_vec_env
+
+        # one intra-op thread: for networks this small more threads only add synchronisation (and
+        # on a shared 2-core machine they spin against the other jobs)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        t0 = time.perf_counter()
+        if algo == "ppo":
+            model = sb3.PPO("MlpPolicy", make_vec_env("CartPole-v1", n_envs=4, seed=0), n_steps=128, batch_size=128,
+                            n_epochs=4, learning_rate=2.5e-4, gamma=0.99, gae_lambda=0.95, clip_range=0.2,
+                            ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, device="cpu", seed=0,
+                            policy_kwargs={"net_arch": {"pi": [64, 64], "vf": [64, 64]}, "activation_fn": torch.nn.Tanh})
+        elif algo == "dqn":
+            model = sb3.DQN("MlpPolicy", make_vec_env("CartPole-v1", n_envs=4, seed=0), learning_rate=5e-4,
+                            buffer_size=50_000, learning_starts=2_000, batch_size=128, gamma=0.99, train_freq=1,
+                            gradient_steps=1, target_update_interval=2_000, exploration_fraction=0.5,
+                            device="cpu", seed=0, policy_kwargs={"net_arch": [64, 64]})
+        elif algo == "sac":
+            model = sb3.SAC("MlpPolicy", "Pendulum-v1", learning_rate=SAC["lr"], buffer_size=SAC["buffer_size"],
+                            learning_starts=SAC["learning_starts"], batch_size=SAC["batch_size"], tau=SAC["tau"],
+                            gamma=0.99, train_freq=1, gradient_steps=1, device="cpu", seed=0,
+                            policy_kwargs={"net_arch": SAC["hidden"]})
+        else:
+            return {"note": "no SB3 RMT"}
+        setup = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        model.learn(total_timesteps=steps)
+        run = time.perf_counter() - t1
+        done = int(model.num_timesteps)
+    except Exception as e:  # noqa: BLE001 - reported in the table
+        return {"note": f"SB3 failed: {type(e).__name__}: {str(e)[:120]}"}
+    finally:
+        torch.set_num_threads(threads)
+    return {"setup": setup, "run": run, "sps": done / run, "note": f"SB3 {sb3.__version__}, torch {torch.__version__}"
+            if algo == "ppo" else ""}

@@ -313,12 +313,9 @@ class RMT(Agent):
             td = self._targets(p, target_params, batch, gamma, dtype) - q
             return (weight * optax.huber_loss(td, delta=c.huber_delta)).mean(), (td, q)
 
-        if self.fusion is None:
-            params, opt_state, prec_state, loss, aux, guard = self.precision.update(
-                prec_state, loss_fn, params, opt_state, self.tx, clip)
-        else:
-            params, opt_state, prec_state, loss, aux, guard, fusion_state = self.precision.fused_update(
-                prec_state, loss_fn, params, opt_state, self.tx, clip, self.fusion.fuse, fusion_state)
+        fuse = None if self.fusion is None else self.fusion.fuse  # one device: the plain guarded update
+        params, opt_state, prec_state, loss, aux, guard, fusion_state = self.precision.fused_update(
+            prec_state, loss_fn, params, opt_state, self.tx, clip, fuse, fusion_state)
         return params, opt_state, prec_state, fusion_state, loss, aux, guard
 
     def step(self, state: RMTState):

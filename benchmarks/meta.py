@@ -6,7 +6,12 @@ For every env and mode, one run of `--seeds` vmapped seeds with the same config 
 - score: each seed's mean `episode_return` over the last 10% of iterations, aggregated over
   seeds as IQM with a 95% percentile-bootstrap interval (`benchmarks/stats.py`);
 - throughput: env steps per second of the run (all seeds, compile excluded), and its ratio
-  to mode `off` on the same env: the meta-controller's cost.
+  to mode `off` on the same env (the whole runs are timed one after another, so a load that
+  changes during the benchmark shows up here);
+- cost: the meta-controller's cost measured apart from that drift: every mode's compiled loop
+  (`--cost-iters` iterations from the same warmed-up state, metrics included) is timed
+  `--cost-reps` times, the modes interleaved round by round; cost = median over rounds of
+  (mode's time / off's time in the same round) - 1.
 
     python benchmarks/meta.py [--envs CartPole-v1 Acrobot-v1 Pendulum-v1] [--steps N] [--seeds 16]
                               [--modes off rules bandit pbt] [--discrete rmt] [--continuous sac]
@@ -26,8 +31,10 @@ import jax
 import numpy as np
 
 import rmtjax
+from rmtjax.agents import build_agent
 from rmtjax.config import _preset_path, parse_override
 from rmtjax.envs import make_env
+from rmtjax.meta import controller as meta_controller
 
 from benchmarks.common import write_table
 from benchmarks.stats import iqm_ci
@@ -53,6 +60,41 @@ def score(result: rmtjax.TrainResult) -> np.ndarray:
     return ret[:, -tail:].mean(axis=1)
 
 
+def loop_cost(env_id: str, modes, args) -> dict[str, tuple[float, float, float]]:
+    """mode -> (median, min, max) over rounds of its loop time / off's loop time - 1.
+
+    Each mode's `args.cost_iters` iterations are compiled once (a scan of the batched step
+    with its metrics, as in a training chunk) and run from the state reached after as many
+    warm-up iterations (past `learning_starts`, so updates happen), untouched between calls;
+    the modes take turns within each round so any load on the machine falls on all alike."""
+    progs = {}
+    for mode in modes:
+        cfg = config_for(env_id, mode, args)
+        agent = build_agent(cfg)
+        init, vstep = meta_controller.wrap(cfg, agent)
+        keys = jax.random.split(jax.random.key(args.seed), cfg.train.num_seeds)
+        state = jax.jit(lambda k, init=init: init(k, None))(keys)
+        iters = args.cost_iters
+        warm = max(iters, -(-cfg.agent.learning_starts // agent.steps_per_iteration) + 1) \
+            if hasattr(cfg.agent, "learning_starts") else iters
+        scan = lambda st, n, vstep=vstep: jax.lax.scan(lambda c, _: vstep(c), st, None, length=n)
+        state = jax.block_until_ready(jax.jit(lambda st, scan=scan, warm=warm: scan(st, warm)[0])(state))
+        prog = jax.jit(lambda st, scan=scan, iters=iters: scan(st, iters)).lower(state).compile()
+        jax.block_until_ready(prog(state))  # first call outside the timing
+        progs[mode] = (prog, state)
+    ratios = {m: [] for m in modes}
+    for _ in range(args.cost_reps):
+        times = {}
+        for mode in modes:
+            prog, state = progs[mode]
+            t0 = time.perf_counter()
+            jax.block_until_ready(prog(state))
+            times[mode] = time.perf_counter() - t0
+        for mode in modes:
+            ratios[mode].append(times[mode] / times["off"] - 1.0)
+    return {m: (float(np.median(r)), float(np.min(r)), float(np.max(r))) for m, r in ratios.items()}
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--envs", nargs="+", default=["CartPole-v1", "Acrobot-v1", "Pendulum-v1"])
@@ -63,6 +105,8 @@ def main(argv=None) -> None:
     p.add_argument("--continuous", default="sac", help="agent for continuous-action envs")
     p.add_argument("--set", action="append", help="dotted override for every run, e.g. meta.interval=20")
     p.add_argument("--seed", type=int, default=0, help="PRNG seed (the same key for every run)")
+    p.add_argument("--cost-iters", type=int, default=100, help="iterations per timed loop for the cost column")
+    p.add_argument("--cost-reps", type=int, default=7, help="interleaved rounds for the cost column (0: skip)")
     p.add_argument("--name", default="meta", help="results/NAME.md")
     p.add_argument("--note", default="", help="a line added above the notes (e.g. 'smoke run')")
     args = p.parse_args(argv)
@@ -71,6 +115,9 @@ def main(argv=None) -> None:
 
     rows = []
     for env_id in args.envs:
+        costs = loop_cost(env_id, args.modes, args) if args.cost_reps > 0 else {}
+        for mode, (mid, lo, hi) in costs.items():
+            print(f"{env_id} {mode}: loop cost {mid:+.1%} (rounds {lo:+.1%} .. {hi:+.1%})", flush=True)
         base_sps = None
         for mode in args.modes:
             cfg = config_for(env_id, mode, args)
@@ -84,6 +131,7 @@ def main(argv=None) -> None:
                 base_sps = sps
             rows.append([env_id, cfg.algo, mode, f"{mid:.1f}", f"[{lo:.1f}, {hi:.1f}]",
                          f"{np.mean(s):.1f}", f"{sps:,.0f}", f"{sps / base_sps:.2f}",
+                         (f"{costs[mode][0]:+.1%} [{costs[mode][1]:+.1%}, {costs[mode][2]:+.1%}]" if costs else "-"),
                          f"{result.compile_seconds:.0f}"])
             print(f"{env_id} {cfg.algo} {mode}: IQM {mid:.1f} [{lo:.1f}, {hi:.1f}], {sps:,.0f} steps/s "
                   f"({wall:.0f}s wall)", flush=True)
@@ -96,7 +144,11 @@ def main(argv=None) -> None:
         "Score: each seed's mean episode return over the last 10% of iterations; IQM over seeds with a "
         "95% percentile-bootstrap interval (2,000 resamples of the seeds).",
         "Throughput: env steps per second of the whole run (all seeds, compile excluded); ratio = this mode / "
-        "mode off on the same env and config: the meta-controller's cost (below 1: slower).",
+        "mode off on the same env and config (below 1: slower); whole runs one after another, so a changing "
+        "load on the machine enters it.",
+        f"Loop cost: the meta-controller's cost apart from load drift: each mode's compiled loop of "
+        f"{args.cost_iters} iterations (metrics included) from the same warmed-up state, timed in "
+        f"{args.cost_reps} interleaved rounds; median over rounds of (mode / off) - 1, [min, max] over rounds.",
         f"Meta settings: the `meta:` section's defaults (meta.interval={cfg0.meta.interval}, "
         f"meta.warmup={cfg0.meta.warmup}) plus any --set. Each (env, mode) is one run, so a mode's score "
         f"difference from off includes seed noise; the intervals say how much. On a machine shared with other "
@@ -104,7 +156,7 @@ def main(argv=None) -> None:
     ]
     write_table(args.name, "Meta-controller: fixed hyperparameters vs each meta mode",
                 ["env", "agent", "meta.mode", "IQM return", "95% CI", "mean", "env steps/s", "vs off",
-                 "compile s"], rows, notes="\n\n".join(notes))
+                 "loop cost", "compile s"], rows, notes="\n\n".join(notes))
 
 
 if __name__ == "__main__":

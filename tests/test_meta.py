@@ -46,8 +46,8 @@ def hp(lr=5e-4, gamma=0.95, eps_start=1.0, eps_end=0.05, tau=0.005):
     return HP(*(jnp.float32(x) for x in (lr, gamma, eps_start, eps_end, tau)))
 
 
-def sig(ret=0.0, loss=1.0, entropy=0.5, explore=0.5):
-    return core.Signals(*(jnp.float32(x) for x in (ret, loss, entropy, explore)))
+def sig(ret=0.0, loss=1.0, entropy=0.5, explore=0.5, episodes=1.0):
+    return core.Signals(*(jnp.float32(x) for x in (ret, loss, entropy, explore, episodes)))
 
 
 def run(cfg, signals, hparams, max_entropy=None):
@@ -163,8 +163,8 @@ def test_pbt_perturbations_never_leave_the_bounds(scores, seed, perturb):
 RULES = MetaConfig(mode="rules", warmup=5, interval=5)
 
 
-def test_rules_cut_the_learning_rate_when_the_value_loss_rises():
-    rising = [sig(loss=np.exp(0.2 * t), entropy=0.5, explore=0.0) for t in range(30)]
+def test_rules_cut_the_learning_rate_when_the_value_loss_rises_and_the_return_falls():
+    rising = [sig(ret=100.0 * 0.8**t, loss=np.exp(0.2 * t), entropy=0.5, explore=0.0) for t in range(30)]
     _, hps = run(RULES, rising, hp())
     lrs = np.array([float(h.lr) for h in hps])
     assert lrs[-1] < lrs[0] * 0.5
@@ -173,6 +173,25 @@ def test_rules_cut_the_learning_rate_when_the_value_loss_rises():
     np.testing.assert_array_equal(cut, [4, 9, 14, 19, 24, 29])  # a decision every 5 iterations after warmup
     np.testing.assert_allclose(lrs[4], 5e-4 * 0.7, rtol=1e-6)
     assert float(hps[-1].gamma) == np.float32(0.95)  # a rising loss has not converged: γ stays
+
+
+def test_rules_keep_the_learning_rate_while_the_return_improves_or_holds():
+    # values propagating: the loss rises as the return climbs (SAC on Pendulum does this)
+    climbing = [sig(ret=-1000.0 + 40.0 * t, loss=np.exp(0.2 * t), explore=0.0) for t in range(30)]
+    _, hps = run(RULES, climbing, hp())
+    assert float(hps[-1].lr) == np.float32(5e-4)
+    flat = [sig(ret=100.0, loss=np.exp(0.2 * t), explore=0.0) for t in range(30)]
+    _, hps = run(RULES, flat, hp())
+    assert float(hps[-1].lr) == np.float32(5e-4)
+    # the return reads 0 until the first episode ends: the first real return is not a fall
+    first = [sig(ret=0.0 if t < 12 else -1000.0, loss=np.exp(0.2 * t), explore=0.0, episodes=float(t >= 12))
+             for t in range(30)]
+    m, hps = run(RULES, first, hp())
+    assert float(hps[-1].lr) == np.float32(5e-4)
+    assert float(m.return_slow) == pytest.approx(-1000.0) and float(m.episodes_seen) == 18
+    # the same sequence without that guard would read as a falling return and cut the lr
+    _, hps = run(RULES, [s.replace(episodes=jnp.float32(1.0)) for s in first], hp())
+    assert float(hps[-1].lr) < 5e-4
 
 
 def test_rules_raise_gamma_as_the_value_loss_converges():
@@ -199,7 +218,7 @@ def test_rules_decay_epsilon_as_the_policy_matures_and_not_while_it_changes():
 
 
 def test_moves_skip_hyperparameters_an_agent_lacks():
-    rising = [sig(loss=np.exp(0.2 * t), entropy=0.3, explore=0.5) for t in range(20)]
+    rising = [sig(ret=100.0 * 0.8**t, loss=np.exp(0.2 * t), entropy=0.3, explore=0.5) for t in range(20)]
     _, hps = run(RULES, rising, PPOLikeHP(jnp.float32(5e-4), jnp.float32(0.95)))
     assert float(hps[-1].lr) < 5e-4 and isinstance(hps[-1], PPOLikeHP)
     _, hps = run(RULES, rising, SACLikeHP(jnp.float32(1e-3), jnp.float32(3e-4), jnp.float32(0.95)))

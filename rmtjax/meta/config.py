@@ -59,7 +59,8 @@ class MetaConfig(Section):
     explore_target: float = param(0.05, lo=0.0, hi=1.0, doc="rules: ε decays only while the share of "
                                                             "exploratory actions is above this")
     lr_factor: float = param(0.7, lo=0.0, hi=1.0, lo_open=True, hi_open=True, doc="rules: lr ×= this when the "
-                                                                                 "value loss rises")
+                                                                                 "value loss rises while the "
+                                                                                 "return falls")
     gamma_factor: float = param(0.9, lo=0.0, hi=1.0, lo_open=True, hi_open=True,
                                 doc="rules: (1 - γ) ×= this when the value loss has converged")
     eps_factor: float = param(0.9, lo=0.0, hi=1.0, lo_open=True, hi_open=True,

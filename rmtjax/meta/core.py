@@ -42,6 +42,7 @@ class Signals:
     value_loss: jax.Array  # 0 when no gradient step was taken this iteration
     entropy: jax.Array
     explore: jax.Array  # share of exploratory actions, or entropy / max entropy
+    episodes: jax.Array  # episodes completed this iteration (the return is 0 until the first)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +73,7 @@ def signals_from_metrics(metrics: Mapping[str, jax.Array], src: SignalSources) -
         explore = entropy / src.max_entropy
     else:
         explore = get(src.explore)
-    return Signals(get("episode_return"), get(src.loss), entropy, explore)
+    return Signals(get("episode_return"), get(src.loss), entropy, explore, get("episode_count"))
 
 
 @struct.dataclass
@@ -80,6 +81,7 @@ class MetaState:
     """Per seed: moving averages of the signals, the bandit's window, the curriculum stage."""
 
     seen: jax.Array  # iterations observed
+    episodes_seen: jax.Array  # episodes completed so far: the return averages start with the first
     loss_seen: jax.Array  # iterations with a gradient step (non-zero value loss)
     return_fast: jax.Array
     return_slow: jax.Array
@@ -104,7 +106,7 @@ class MetaState:
 def init_state(key: jax.Array, window: int) -> MetaState:
     f = jnp.zeros((), jnp.float32)
     i = jnp.zeros((), jnp.int32)
-    return MetaState(seen=i, loss_seen=i, return_fast=f, return_slow=f, log_loss_fast=f, log_loss_slow=f,
+    return MetaState(seen=i, episodes_seen=f, loss_seen=i, return_fast=f, return_slow=f, log_loss_fast=f, log_loss_slow=f,
                      entropy_fast=f, entropy_slow=f, explore=f, arm=i, arm_start_return=f,
                      window_arm=jnp.zeros((window,), jnp.int32), window_reward=jnp.zeros((window,), jnp.float32),
                      plays=i, improvement_scale=f, stage=i, stage_hold=i, key=key)
@@ -133,14 +135,19 @@ def track(m: MetaState, s: Signals, cfg: MetaConfig) -> MetaState:
         return jnp.where(first, new, old + rate * (new - old))
 
     first = m.seen == 0
+    has_return = m.episodes_seen + s.episodes > 0  # before any episode ends the return reads 0: skip it
+    first_return = m.episodes_seen == 0
     learning = s.value_loss > 0
     log_loss = jnp.log(jnp.maximum(s.value_loss, 1e-12))
     first_loss = m.loss_seen == 0
     return m.replace(
         seen=m.seen + 1,
+        episodes_seen=m.episodes_seen + s.episodes,
         loss_seen=m.loss_seen + learning.astype(jnp.int32),
-        return_fast=ema(m.return_fast, s.episode_return, cfg.fast_rate, first),
-        return_slow=ema(m.return_slow, s.episode_return, cfg.slow_rate, first),
+        return_fast=jnp.where(has_return, ema(m.return_fast, s.episode_return, cfg.fast_rate, first_return),
+                              m.return_fast),
+        return_slow=jnp.where(has_return, ema(m.return_slow, s.episode_return, cfg.slow_rate, first_return),
+                              m.return_slow),
         log_loss_fast=jnp.where(learning, ema(m.log_loss_fast, log_loss, cfg.fast_rate, first_loss), m.log_loss_fast),
         log_loss_slow=jnp.where(learning, ema(m.log_loss_slow, log_loss, cfg.slow_rate, first_loss), m.log_loss_slow),
         entropy_fast=ema(m.entropy_fast, s.entropy, cfg.fast_rate, first),
@@ -202,16 +209,24 @@ def decision_due(m: MetaState, cfg: MetaConfig) -> jax.Array:
 def rules_move(m: MetaState, hparams, cfg: MetaConfig, max_entropy: float | None):
     """The `rules` mode's moves on a decision iteration:
 
-    - value loss rising (loss trend > tolerance): lr ×= lr_factor;
+    - value loss rising (loss trend > tolerance) while the return falls (return trend
+      < -return_tolerance): lr ×= lr_factor;
     - value loss converged (|loss trend| ≤ tolerance): γ raised, (1 - γ) ×= gamma_factor;
     - policy matured (entropy settled, return not falling) while still exploring more than
       `explore_target`: ε ×= eps_factor.
     Loss rules wait until `warmup` iterations had a gradient step.
+
+    The lr cut asks for a falling return as well because a value loss also rises when the
+    learner is doing well: bootstrapped targets grow as values propagate (SAC's critic loss
+    on Pendulum rises tenfold while the return climbs from -1200 to -150). Cutting on the loss
+    alone took SAC's lr to the floor within a fifth of the run and it never learned
+    (benchmarks/results/meta_pendulum.md). A rising loss with a falling return is the
+    signature of an update that is too large.
     """
     due = decision_due(m, cfg)
     loss_ready = m.loss_seen >= max(cfg.warmup, 1)
     lt, rt = loss_trend(m), return_trend(m)
-    rising = due & loss_ready & (lt > cfg.loss_tolerance)
+    rising = due & loss_ready & (lt > cfg.loss_tolerance) & (rt < -cfg.return_tolerance)
     converged = due & loss_ready & (jnp.abs(lt) <= cfg.loss_tolerance)
     matured = (due & (jnp.abs(entropy_rate(m, max_entropy)) <= cfg.entropy_tolerance)
                & (rt >= -cfg.return_tolerance) & (m.explore > cfg.explore_target))

@@ -60,8 +60,9 @@ def score(result: rmtjax.TrainResult) -> np.ndarray:
     return ret[:, -tail:].mean(axis=1)
 
 
-def loop_cost(env_id: str, modes, args) -> dict[str, tuple[float, float, float]]:
-    """mode -> (median, min, max) over rounds of its loop time / off's loop time - 1.
+def loop_cost(env_id: str, modes, args) -> dict[str, tuple[float, float, float, float]]:
+    """mode -> (median, min, max) over rounds of its loop time / off's loop time - 1, and the median
+    of the same ratio in process CPU time.
 
     Each mode's `args.cost_iters` iterations are compiled once (a scan of the batched step
     with its metrics, as in a training chunk) and run from the state reached after as many
@@ -83,16 +84,19 @@ def loop_cost(env_id: str, modes, args) -> dict[str, tuple[float, float, float]]
         jax.block_until_ready(prog(state))  # first call outside the timing
         progs[mode] = (prog, state)
     ratios = {m: [] for m in modes}
+    cpu_ratios = {m: [] for m in modes}
     for _ in range(args.cost_reps):
-        times = {}
+        times, cpu = {}, {}
         for mode in modes:
             prog, state = progs[mode]
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             jax.block_until_ready(prog(state))
-            times[mode] = time.perf_counter() - t0
+            times[mode], cpu[mode] = time.perf_counter() - t0, time.process_time() - c0
         for mode in modes:
             ratios[mode].append(times[mode] / times["off"] - 1.0)
-    return {m: (float(np.median(r)), float(np.min(r)), float(np.max(r))) for m, r in ratios.items()}
+            cpu_ratios[mode].append(cpu[mode] / cpu["off"] - 1.0)
+    return {m: (float(np.median(r)), float(np.min(r)), float(np.max(r)), float(np.median(cpu_ratios[m])))
+            for m, r in ratios.items()}
 
 
 def main(argv=None) -> None:
@@ -116,8 +120,9 @@ def main(argv=None) -> None:
     rows = []
     for env_id in args.envs:
         costs = loop_cost(env_id, args.modes, args) if args.cost_reps > 0 else {}
-        for mode, (mid, lo, hi) in costs.items():
-            print(f"{env_id} {mode}: loop cost {mid:+.1%} (rounds {lo:+.1%} .. {hi:+.1%})", flush=True)
+        for mode, (mid, lo, hi, cpu) in costs.items():
+            print(f"{env_id} {mode}: loop cost {mid:+.1%} (rounds {lo:+.1%} .. {hi:+.1%}), CPU time {cpu:+.1%}",
+                  flush=True)
         base_sps = None
         for mode in args.modes:
             cfg = config_for(env_id, mode, args)
@@ -132,6 +137,7 @@ def main(argv=None) -> None:
             rows.append([env_id, cfg.algo, mode, f"{mid:.1f}", f"[{lo:.1f}, {hi:.1f}]",
                          f"{np.mean(s):.1f}", f"{sps:,.0f}", f"{sps / base_sps:.2f}",
                          (f"{costs[mode][0]:+.1%} [{costs[mode][1]:+.1%}, {costs[mode][2]:+.1%}]" if costs else "-"),
+                         (f"{costs[mode][3]:+.1%}" if costs else "-"),
                          f"{result.compile_seconds:.0f}"])
             print(f"{env_id} {cfg.algo} {mode}: IQM {mid:.1f} [{lo:.1f}, {hi:.1f}], {sps:,.0f} steps/s "
                   f"({wall:.0f}s wall)", flush=True)
@@ -148,7 +154,9 @@ def main(argv=None) -> None:
         "load on the machine enters it.",
         f"Loop cost: the meta-controller's cost apart from load drift: each mode's compiled loop of "
         f"{args.cost_iters} iterations (metrics included) from the same warmed-up state, timed in "
-        f"{args.cost_reps} interleaved rounds; median over rounds of (mode / off) - 1, [min, max] over rounds.",
+        f"{args.cost_reps} interleaved rounds; median over rounds of (mode / off) - 1, [min, max] over rounds "
+        f"(wall clock); `CPU cost`: the same median with the process's CPU time in place of wall time (less "
+        f"sensitive to other jobs taking the cores, though not blind to them).",
         f"Meta settings: the `meta:` section's defaults (meta.interval={cfg0.meta.interval}, "
         f"meta.warmup={cfg0.meta.warmup}) plus any --set. Each (env, mode) is one run, so a mode's score "
         f"difference from off includes seed noise; the intervals say how much. On a machine shared with other "
@@ -156,7 +164,7 @@ def main(argv=None) -> None:
     ]
     write_table(args.name, "Meta-controller: fixed hyperparameters vs each meta mode",
                 ["env", "agent", "meta.mode", "IQM return", "95% CI", "mean", "env steps/s", "vs off",
-                 "loop cost", "compile s"], rows, notes="\n\n".join(notes))
+                 "loop cost", "CPU cost", "compile s"], rows, notes="\n\n".join(notes))
 
 
 if __name__ == "__main__":

@@ -31,11 +31,19 @@ SETTINGS_NOTE = (
     "(the preset's is 128-128) because rejax 0.1.3 fixes its DQN network at 64-64; rejax DQN and SB3 DQN with the "
     "same numbers (SB3: `train_freq=1` vector step of 4 envs, `gradient_steps=1`). "
     "**SAC** (Pendulum-v1): 1 env, one gradient step per env step, batch 256, buffer 100,000, 1,000 warm-up "
-    "steps, lr 3e-4, τ 0.005, 64-64 ReLU (as `benchmarks/sac_throughput.py`). **RMT** has no peer "
-    "implementation; its own row is given for scale. rejax 0.1.3 sees gymnax 1.0.1's envs through a "
+    "steps, lr 3e-4, τ 0.005, 64-64 ReLU (as `benchmarks/sac_throughput.py`). **RMT** (its CartPole "
+    "preset) has no peer implementation; its peers' columns are their DQN at the settings RMT shares with the "
+    "DQN row (4 envs, batch 128 per 4 env steps, buffer 50,000, 2,000 warm-up steps, lr 5e-4). rejax 0.1.3 sees gymnax 1.0.1's envs through a "
     "5-value `step` adapter (done = terminated or truncated), its evaluation switched off; SB3 runs "
     "`DummyVecEnv` gymnasium envs in this process, `device='cpu'`, torch limited to one intra-op thread (faster "
     "than its default for networks this small), JAX with its defaults.")
+
+
+# RMT has no peer implementation: its peer row is the peer's DQN at the settings RMT's CartPole preset
+# shares with it (4 envs, a gradient step of batch 128 per 4 env steps, buffer 50,000, learning
+# from 2,000 steps, lr 5e-4): what a user would otherwise run. RMT does more per update.
+RMT_PEER_NOTE = ("{peer} column: {peer}'s DQN at RMT's shared settings (no {peer} RMT); RMT also runs a 128-128 "
+                 "fractal torso with a dueling head, tiered replay, n-step targets, Boltzmann exploration")
 
 
 def _sac_args(steps: int):
@@ -75,14 +83,15 @@ def time_rejax(algo: str, steps: int) -> dict:
             from benchmarks.sac_throughput import rejax_sac
 
             fn = rejax_sac(_sac_args(steps), env=None).train
-        elif algo == "dqn":
+        elif algo in ("dqn", "rmt"):
             fn = _rejax_dqn(steps).train
         else:
-            return {"note": "no rejax RMT"}
+            return {"note": f"no rejax {algo}"}
         c, r, _ = compile_and_time(fn, jax.random.key(0))
     except Exception as e:  # noqa: BLE001 - reported in the table
         return {"note": f"rejax failed: {type(e).__name__}: {str(e)[:120]}"}
-    return {"compile": c, "run": r, "sps": steps / r, "note": ""}
+    return {"compile": c, "run": r, "sps": steps / r, "note": RMT_PEER_NOTE.format(peer="rejax") if algo == "rmt"
+            else ""}
 
 
 def _rejax_dqn(steps: int):
@@ -119,7 +128,7 @@ def time_sb3(algo: str, steps: int) -> dict:
                             n_epochs=4, learning_rate=2.5e-4, gamma=0.99, gae_lambda=0.95, clip_range=0.2,
                             ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, device="cpu", seed=0,
                             policy_kwargs={"net_arch": {"pi": [64, 64], "vf": [64, 64]}, "activation_fn": torch.nn.Tanh})
-        elif algo == "dqn":
+        elif algo in ("dqn", "rmt"):
             model = sb3.DQN("MlpPolicy", make_vec_env("CartPole-v1", n_envs=4, seed=0), learning_rate=5e-4,
                             buffer_size=50_000, learning_starts=2_000, batch_size=128, gamma=0.99, train_freq=1,
                             gradient_steps=1, target_update_interval=2_000, exploration_fraction=0.5,
@@ -130,7 +139,7 @@ def time_sb3(algo: str, steps: int) -> dict:
                             gamma=0.99, train_freq=1, gradient_steps=1, device="cpu", seed=0,
                             policy_kwargs={"net_arch": SAC["hidden"]})
         else:
-            return {"note": "no SB3 RMT"}
+            return {"note": f"no SB3 {algo}"}
         setup = time.perf_counter() - t0
         t1 = time.perf_counter()
         model.learn(total_timesteps=steps)
@@ -140,5 +149,37 @@ def time_sb3(algo: str, steps: int) -> dict:
         return {"note": f"SB3 failed: {type(e).__name__}: {str(e)[:120]}"}
     finally:
         torch.set_num_threads(threads)
-    return {"setup": setup, "run": run, "sps": done / run, "note": f"SB3 {sb3.__version__}, torch {torch.__version__}"
-            if algo == "ppo" else ""}
+    note = {"ppo": f"SB3 {sb3.__version__}, torch {torch.__version__}", "rmt": RMT_PEER_NOTE.format(peer="SB3")}
+    return {"setup": setup, "run": run, "sps": done / run, "note": note.get(algo, "")}
+
+
+def main(argv=None) -> None:
+    """`python -m benchmarks.peers [--algos rmt dqn ppo sac] [--steps N] [--name peers]`: the
+    throughput rows of the suite on their own, every trainer one after the other in this process."""
+    from benchmarks.common import write_table
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--algos", nargs="+", default=["rmt", "dqn", "ppo", "sac"], choices=list(THROUGHPUT_ENV))
+    ap.add_argument("--steps", type=int, default=20_000, help="env steps of every run")
+    ap.add_argument("--name", default="peers", help="results/NAME.md")
+    args = ap.parse_args(argv)
+    rows = []
+    for algo in args.algos:
+        ours, rj, sb = (time_rmtjax(algo, args.steps), time_rejax(algo, args.steps), time_sb3(algo, args.steps))
+        fmt = lambda v, spec: "—" if v is None else format(v, spec)
+        ratio = lambda other: "—" if other.get("sps") is None else f"**{ours['sps'] / other['sps']:.2f}×**"
+        rows.append([algo, THROUGHPUT_ENV[algo], f"{args.steps:,}", fmt(ours["compile"], ".1f"), fmt(ours["sps"], ",.0f"),
+                     fmt(rj.get("compile"), ".1f"), fmt(rj.get("sps"), ",.0f"), fmt(sb.get("sps"), ",.0f"),
+                     ratio(rj), ratio(sb), "; ".join(dict.fromkeys(x["note"] for x in (rj, sb) if x.get("note")))])
+        print(" | ".join(rows[-1]), flush=True)
+    write_table(args.name, "Whole-loop throughput against rejax and stable-baselines3 (one seed)",
+                ["agent", "env", "env steps", "rmtjax compile s", "rmtjax env-steps/s", "rejax compile s",
+                 "rejax env-steps/s", "SB3 env-steps/s", "rmtjax ÷ rejax", "rmtjax ÷ SB3", "notes"], rows,
+                notes=SETTINGS_NOTE + "\n\nEach trainer runs the same number of env steps, one after the other in "
+                "this process; env-steps/s excludes compile (JAX: `jit(...).lower().compile()` timed apart) and "
+                "SB3's model construction. A ratio above 1 means rmtjax is faster. Other jobs on the machine "
+                "change the load between the runs: read ratios as rough.")
+
+
+if __name__ == "__main__":
+    main()

@@ -7,8 +7,8 @@ in JAX.
 
 Each row is one run of `--seeds` vmapped seeds from the agent's preset for the env
 (`rmtjax/configs/`, else its defaults) with the row's overrides, at the row's env steps per
-seed (times `--scale`). The budgets fit this project's 2-core CPU (about 35 minutes for the
-whole table under load); they are far below what these envs need (LunarLander and
+seed (times `--scale`). The budgets fit this project's 2-core CPU (27 minutes for the whole
+table, other jobs sharing the cores at load 5-7); they are far below what these envs need (LunarLander and
 BipedalWalker are usually trained for 0.5-5M steps), so the table says where each agent is
 after a short run, not what it can reach. A random policy's return, measured here through
 the same env adapter, is given as the reference. The full runs are one command each
@@ -145,9 +145,10 @@ def main(argv=None):
         f"**Short CPU budgets.** Every row is {min(steps_run):,}-{max(steps_run):,} env steps "
         f"per seed on a 2-core CPU shared with other jobs (1-min load average {load_before:.1f} at the start, "
         f"{os.getloadavg()[0]:.1f} at the end; the whole table took {wall_min:.0f} min wall). These envs are "
-        "usually trained for 0.5-5M steps (LunarLander is 'solved' at 200, BipedalWalker at 300, "
-        "Breakout-MinAtar returns reach 10-60 at 5-10M steps in the literature); nothing here is near that, "
-        "and the rows show where each agent stands after a short run, not what it can reach.",
+        "usually trained for 0.5-5M steps (gymnasium calls LunarLander solved at 200 and BipedalWalker at 300, "
+        "averaged over 100 episodes). The rows show where each agent stands after a short run, not what it can "
+        "reach; with 2 seeds and each seed's last episodes they are a noisy measure (a seed above 200 here is "
+        "not a solved env). Reproduce with `python -m benchmarks.more_envs` (needs the `box2d` extra).",
         "",
         "**Final return**: per seed, the mean over its envs of the return of the last completed *training* "
         "episode (with the agent's exploration: ε/Boltzmann for RMT and DQN, the stochastic policy for SAC "
@@ -162,7 +163,8 @@ def main(argv=None):
         "",
         "The presets for the gymnasium envs (`rmtjax/configs/*_gymnasium_*.yaml`) hold the usual full-run "
         "settings and are not tuned; Breakout-MinAtar has no preset (the agents' defaults, as in the suite). "
-        "Full runs, 1M env steps per seed (8 seeds), for a GPU or a bigger machine:",
+        "Full runs, 1M env steps per seed (8 seeds), for a GPU or a bigger machine (the gymnasium envs still "
+        "step on the host CPU, one call per vectorised step; a GPU speeds up the updates, not the env):",
         "",
         "```bash",
         'pip install -e ".[box2d]"',

@@ -35,6 +35,7 @@ from rmtjax.agents import build_agent
 from rmtjax.config import _preset_path, parse_override
 from rmtjax.envs import make_env
 from rmtjax.meta import controller as meta_controller
+from rmtjax.train import _scan_steps
 
 from benchmarks.common import write_table
 from benchmarks.stats import iqm_ci
@@ -74,13 +75,12 @@ def loop_cost(env_id: str, modes, args) -> dict[str, tuple[float, float, float, 
         agent = build_agent(cfg)
         init, vstep = meta_controller.wrap(cfg, agent)
         keys = jax.random.split(jax.random.key(args.seed), cfg.train.num_seeds)
-        state = jax.jit(lambda k, init=init: init(k, None))(keys)
+        state = jax.jit(lambda k: init(k, None))(keys)
         iters = args.cost_iters
         warm = max(iters, -(-cfg.agent.learning_starts // agent.steps_per_iteration) + 1) \
             if hasattr(cfg.agent, "learning_starts") else iters
-        scan = lambda st, n, vstep=vstep: jax.lax.scan(lambda c, _: vstep(c), st, None, length=n)
-        state = jax.block_until_ready(jax.jit(lambda st, scan=scan, warm=warm: scan(st, warm)[0])(state))
-        prog = jax.jit(lambda st, scan=scan, iters=iters: scan(st, iters)).lower(state).compile()
+        state = jax.block_until_ready(jax.jit(_scan_steps(vstep, warm))(state)[0])
+        prog = jax.jit(_scan_steps(vstep, iters)).lower(state).compile()
         jax.block_until_ready(prog(state))  # first call outside the timing
         progs[mode] = (prog, state)
     ratios = {m: [] for m in modes}

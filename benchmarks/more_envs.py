@@ -28,7 +28,7 @@ import numpy as np
 
 import rmtjax
 from benchmarks.common import write_table
-from rmtjax.config import EnvConfig, parse_override
+from rmtjax.config import EnvConfig, _preset_path, parse_override
 from rmtjax.envs import make_env
 
 LL = "gymnasium:LunarLander-v3"
@@ -176,7 +176,7 @@ def main(argv=None):
 
 
 def _has_preset(algo: str, env_id: str) -> bool:
-    return f"{algo}_{env_id.replace(':', '_')}" in rmtjax.config.available_presets()
+    return _preset_path(algo, env_id).exists()
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ peer must not stop the suite.
 from __future__ import annotations
 
 import argparse
+import math
 import time
 
 import jax
@@ -33,7 +34,8 @@ SETTINGS_NOTE = (
     "**SAC** (Pendulum-v1): 1 env, one gradient step per env step, batch 256, buffer 100,000, 1,000 warm-up "
     "steps, lr 3e-4, τ 0.005, 64-64 ReLU (as `benchmarks/sac_throughput.py`). **RMT** (its CartPole "
     "preset) has no peer implementation; its peers' columns are their DQN at the settings RMT shares with the "
-    "DQN row (4 envs, batch 128 per 4 env steps, buffer 50,000, 2,000 warm-up steps, lr 5e-4). rejax 0.1.3 sees gymnax 1.0.1's envs through a "
+    "DQN row (4 envs, batch 128 per 4 env steps, buffer 50,000, 2,000 warm-up steps, lr 5e-4). rejax 0.1.3 "
+    "sees gymnax 1.0.1's envs through a "
     "5-value `step` adapter (done = terminated or truncated), its evaluation switched off; SB3 runs "
     "`DummyVecEnv` gymnasium envs in this process, `device='cpu'`, torch limited to one intra-op thread (faster "
     "than its default for networks this small), JAX with its defaults.")
@@ -153,6 +155,29 @@ def time_sb3(algo: str, steps: int) -> dict:
     return {"setup": setup, "run": run, "sps": done / run, "note": note.get(algo, "")}
 
 
+THROUGHPUT_HEADER = ["agent", "env", "env steps", "rmtjax compile s", "rmtjax env-steps/s", "rejax compile s",
+                     "rejax env-steps/s", "SB3 env-steps/s", "rmtjax ÷ rejax", "rmtjax ÷ SB3", "notes"]
+
+
+def _num(x, digits: int = 0) -> str:
+    return "—" if x is None or not math.isfinite(x) else f"{x:,.{digits}f}"
+
+
+def _ratio(a, b) -> str:
+    return "—" if b is None or not math.isfinite(b) or b <= 0 else f"**{a / b:.2f}×**"
+
+
+def throughput_row(algo: str, steps: int) -> tuple[list[str], dict]:
+    """One row of `THROUGHPUT_HEADER` (rmtjax, rejax, SB3 timed one after the other) and the
+    timings behind it: {"rmtjax": ..., "rejax": ..., "sb3": ...}."""
+    ours, rj, sb = time_rmtjax(algo, steps), time_rejax(algo, steps), time_sb3(algo, steps)
+    row = [algo, THROUGHPUT_ENV[algo], f"{steps:,}", _num(ours["compile"], 1), _num(ours["sps"]),
+           _num(rj.get("compile"), 1), _num(rj.get("sps")), _num(sb.get("sps")),
+           _ratio(ours["sps"], rj.get("sps")), _ratio(ours["sps"], sb.get("sps")),
+           "; ".join(x["note"] for x in (rj, sb) if x.get("note"))]
+    return row, {"rmtjax": ours, "rejax": rj, "sb3": sb}
+
+
 def main(argv=None) -> None:
     """`python -m benchmarks.peers [--algos rmt dqn ppo sac] [--steps N] [--name peers]`: the
     throughput rows of the suite on their own, every trainer one after the other in this process."""
@@ -165,16 +190,10 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     rows = []
     for algo in args.algos:
-        ours, rj, sb = (time_rmtjax(algo, args.steps), time_rejax(algo, args.steps), time_sb3(algo, args.steps))
-        fmt = lambda v, spec: "—" if v is None else format(v, spec)
-        ratio = lambda other: "—" if other.get("sps") is None else f"**{ours['sps'] / other['sps']:.2f}×**"
-        rows.append([algo, THROUGHPUT_ENV[algo], f"{args.steps:,}", fmt(ours["compile"], ".1f"), fmt(ours["sps"], ",.0f"),
-                     fmt(rj.get("compile"), ".1f"), fmt(rj.get("sps"), ",.0f"), fmt(sb.get("sps"), ",.0f"),
-                     ratio(rj), ratio(sb), "; ".join(dict.fromkeys(x["note"] for x in (rj, sb) if x.get("note")))])
+        rows.append(throughput_row(algo, args.steps)[0])
         print(" | ".join(rows[-1]), flush=True)
     write_table(args.name, "Whole-loop throughput against rejax and stable-baselines3 (one seed)",
-                ["agent", "env", "env steps", "rmtjax compile s", "rmtjax env-steps/s", "rejax compile s",
-                 "rejax env-steps/s", "SB3 env-steps/s", "rmtjax ÷ rejax", "rmtjax ÷ SB3", "notes"], rows,
+                THROUGHPUT_HEADER, rows,
                 notes=SETTINGS_NOTE + "\n\nEach trainer runs the same number of env steps, one after the other in "
                 "this process; env-steps/s excludes compile (JAX: `jit(...).lower().compile()` timed apart) and "
                 "SB3's model construction. A ratio above 1 means rmtjax is faster. Other jobs on the machine "

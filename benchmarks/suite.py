@@ -364,16 +364,10 @@ class Suite:
             steps = b.throughput_steps[algo]
             env_id = peers.THROUGHPUT_ENV[algo]
             self.log(f"throughput {algo} on {env_id}, {steps:,} env steps")
-            ours = peers.time_rmtjax(algo, steps)
-            rj = peers.time_rejax(algo, steps)
-            sb = peers.time_sb3(algo, steps)
-            self.throughput[algo] = {"rmtjax": ours, "rejax": rj, "sb3": sb}
+            row, self.throughput[algo] = peers.throughput_row(algo, steps)
             for k, v in self.throughput[algo].items():
                 self.log(f"  {k}: {v}")
-            rows.append([algo, env_id, f"{steps:,}", f"{ours['compile']:.1f}", f"{ours['sps']:,.0f}",
-                         _num(rj.get("compile"), 1), _num(rj.get("sps")), _num(sb.get("sps")),
-                         _ratio(ours["sps"], rj.get("sps")), _ratio(ours["sps"], sb.get("sps")),
-                         "; ".join(x["note"] for x in (rj, sb) if x.get("note"))])
+            rows.append(row)
             self._throughput_md(rows)
             self._write()
 
@@ -382,8 +376,7 @@ class Suite:
 
         self.sections["throughput"] = "\n".join([
             "## Throughput: whole training loop, one seed, against rejax and stable-baselines3", "",
-            _table(["agent", "env", "env steps", "rmtjax compile s", "rmtjax env-steps/s", "rejax compile s",
-                    "rejax env-steps/s", "SB3 env-steps/s", "rmtjax ÷ rejax", "rmtjax ÷ SB3", "notes"], rows), "",
+            _table(peers.THROUGHPUT_HEADER, rows), "",
             peers.SETTINGS_NOTE, "",
             "Each trainer runs the same number of env steps, one after the other in this process; env-steps/s "
             "excludes compile (rmtjax, rejax: `jit(...).lower().compile()` timed apart) and SB3's model "
@@ -509,14 +502,6 @@ def _ci(t, digits: int = 1) -> str:
     if not math.isfinite(mid):
         return "—"
     return f"{mid:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
-
-
-def _num(x, digits: int = 0) -> str:
-    return "—" if x is None or not math.isfinite(x) else f"{x:,.{digits}f}"
-
-
-def _ratio(a, b) -> str:
-    return "—" if b is None or not math.isfinite(b) or b <= 0 else f"**{a / b:.2f}×**"
 
 
 def _table(header, rows) -> str:

@@ -106,8 +106,8 @@ class MetaState:
 def init_state(key: jax.Array, window: int) -> MetaState:
     f = jnp.zeros((), jnp.float32)
     i = jnp.zeros((), jnp.int32)
-    return MetaState(seen=i, episodes_seen=f, loss_seen=i, return_fast=f, return_slow=f, log_loss_fast=f, log_loss_slow=f,
-                     entropy_fast=f, entropy_slow=f, explore=f, arm=i, arm_start_return=f,
+    return MetaState(seen=i, episodes_seen=f, loss_seen=i, return_fast=f, return_slow=f, log_loss_fast=f,
+                     log_loss_slow=f, entropy_fast=f, entropy_slow=f, explore=f, arm=i, arm_start_return=f,
                      window_arm=jnp.zeros((window,), jnp.int32), window_reward=jnp.zeros((window,), jnp.float32),
                      plays=i, improvement_scale=f, stage=i, stage_hold=i, key=key)
 

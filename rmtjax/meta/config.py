@@ -122,7 +122,7 @@ class CurriculumConfig(Section):
             path = f"curriculum.stages[{i}]"
             unknown = set(stage) - {"threshold", "hparams", "env"}
             if unknown:
-                k = sorted(unknown)[0]
+                k = sorted(unknown, key=str)[0]  # YAML keys need not all be strings
                 raise ConfigError(f"unknown key {path}.{k}.{_close(str(k), ('threshold', 'hparams', 'env'))}")
             if "threshold" not in stage:
                 raise ConfigError(f"{path}: missing threshold (the value of curriculum.metric that enters it)")

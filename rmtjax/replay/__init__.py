@@ -3,8 +3,9 @@
 
 `make_replay(kind, ...)` wraps each in the one interface the value-based agents use:
 `init(example)`, `add(state, batch, td_abs)`, `sample(state, key, batch_size, beta) ->
-(batch, info)` with `info.weight` the importance weights, `update(state, info, td_abs)`,
-and the diagnostics `batch_stats` / `buffer_stats`.
+(batch, info)` with `info.weight` the importance weights, `update(state, info, td_abs,
+active=True)` (with `active` False the write-back changes nothing, so a caller can mask it
+instead of branching around it), and the diagnostics `batch_stats` / `buffer_stats`.
 """
 
 from __future__ import annotations
@@ -49,8 +50,9 @@ class UniformReplay:
         data, slots = ring.sample(state, key, batch_size)
         return data["item"], UniformInfo(slots, jnp.ones(batch_size), data["td"])
 
-    def update(self, state, info, td_abs):
-        return state.replace(data={**state.data, "td": state.data["td"].at[info.slot].set(td_abs)})
+    def update(self, state, info, td_abs, active=True):
+        slot = jnp.where(active, info.slot, self.capacity)  # past the end: dropped
+        return state.replace(data={**state.data, "td": state.data["td"].at[slot].set(td_abs, mode="drop")})
 
     def batch_stats(self, state, info, key):
         _, pool = ring.sample(state, key, _POOL)

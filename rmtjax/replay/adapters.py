@@ -34,8 +34,8 @@ class TieredReplay:
     def sample(self, state, key, batch_size, beta):
         return tiered.sample(state, key, batch_size, self.proportions, beta)
 
-    def update(self, state, info, td_abs):
-        return tiered.update(state, info, td_abs)
+    def update(self, state, info, td_abs, active=True):
+        return tiered.update(state, info.replace(valid=info.valid & active), td_abs)
 
     def batch_stats(self, state, info, key):
         counts = tiered.tier_sizes(state).astype(jnp.float32)
@@ -69,9 +69,10 @@ class PrioritizedReplay:
         data, info = prioritized.sample(state, key, batch_size, beta)
         return data["item"], PrioritizedDraw(info.slot, info.weight, info.valid, data["td"])
 
-    def update(self, state, info, td_abs):
-        state = prioritized.update(state, info.slot, td_abs + self.EPS, info.valid)
-        return state.replace(data={**state.data, "td": state.data["td"].at[info.slot].set(td_abs)})
+    def update(self, state, info, td_abs, active=True):
+        state = prioritized.update(state, info.slot, td_abs + self.EPS, info.valid & active)
+        slot = jnp.where(active, info.slot, self.capacity)  # past the end: dropped
+        return state.replace(data={**state.data, "td": state.data["td"].at[slot].set(td_abs, mode="drop")})
 
     def batch_stats(self, state, info, key):
         pool = jax.random.randint(key, (_POOL,), 0, jnp.maximum(state.size, 1))

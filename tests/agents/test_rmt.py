@@ -84,6 +84,41 @@ def test_one_iteration_stores_transitions_and_counts_steps():
     assert any(jax.tree.leaves(changed))
 
 
+@pytest.mark.parametrize("replay", ["tiered", "uniform", "prioritized"])
+def test_an_inactive_write_back_changes_nothing(replay):
+    from rmtjax.replay import make_replay
+
+    buf = make_replay(replay, 64)
+    example = {"obs": jnp.zeros(3), "action": jnp.int32(0)}
+    state = buf.init(example)
+    items = {"obs": jnp.arange(90.0).reshape(30, 3), "action": jnp.arange(30, dtype=jnp.int32)}
+    state = buf.add(state, items, jnp.linspace(0.01, 3.0, 30))
+    _, info = buf.sample(state, jax.random.key(1), 16, 0.5)
+    new_td = jnp.full((16,), 50.0)  # would move every drawn item to the hot tier
+    same = buf.update(state, info, new_td, active=jnp.asarray(False))
+    for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(same)):
+        np.testing.assert_array_equal(a, b)
+    moved = buf.update(state, info, new_td, active=jnp.asarray(True))
+    assert any(bool(jnp.any(a != b)) for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(moved)))
+
+
+def test_before_learning_starts_the_seeds_store_but_do_not_learn():
+    # the updates run and are masked out (no lax.cond, which under vmap copies the buffer)
+    agent = agent_for(**{"agent.learning_starts": 40})
+    state = jax.vmap(agent.init)(jax.random.split(jax.random.key(0), 2))  # 8 env steps per seed
+    step = jax.jit(jax.vmap(agent.step))
+    s1, m1 = step(state)  # 24 env steps < 40: stores, no update
+    for a, b in zip(jax.tree.leaves((state.params, state.opt_state, state.target_params)),
+                    jax.tree.leaves((s1.params, s1.opt_state, s1.target_params))):
+        np.testing.assert_array_equal(a, b)
+    assert np.all(np.asarray(s1.grad_steps) == 0) and np.all(np.asarray(m1["loss"]) == 0)
+    assert np.all(np.asarray(s1.replay.count.sum(-1)) == 16)  # 4 envs × 4 steps stored per seed
+    s2, m2 = step(step(s1)[0])  # 56 env steps: learning
+    assert np.all(np.asarray(s2.grad_steps) > 0) and np.all(np.asarray(m2["loss"]) > 0)
+    moved = jax.tree.map(lambda a, b: bool(jnp.any(a != b)), state.params, s2.params)
+    assert all(jax.tree.leaves(moved))
+
+
 def test_learning_rate_decays_linearly_to_its_end_share():
     cfg = rmtjax.make_config("rmt", "CartPole-v1", {
         "train.total_steps": 640, "train.progress": False, "agent.hidden": [8, 8], "agent.buffer_size": 400, "agent.replay": "uniform",

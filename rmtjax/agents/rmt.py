@@ -88,6 +88,8 @@ class RMTConfig(Section):
     eps_start: float = param(1.0, lo=0.0, hi=1.0)
     eps_end: float = param(0.05, lo=0.0, hi=1.0)
     eps_decay_frac: float = param(0.5, lo=0.0, hi=1.0, lo_open=True, doc="share of training over which ε decays")
+    eps_hold: int = param(1, lo=1, hi=10_000, doc="an ε-draw's uniform action is held for 1..eps_hold steps "
+                                                  "(temporally extended ε-greedy); 1: a fresh draw each step")
     entropy_target_start: float = param(0.5, lo=0.0, hi=1.0, doc="Boltzmann entropy target, share of log|A|")
     entropy_target_end: float = param(0.05, lo=0.0, hi=1.0)
     temperature_lr: float = param(0.1, lo=0.0, doc="rate of the log-temperature update")
@@ -152,6 +154,7 @@ class RMTState:
     window: NStepWindow
     replay: Any
     log_temperature: jax.Array
+    hold: exploration.Hold  # the held ε-actions (agent.eps_hold)
     td_ema: jax.Array  # moving average of |TD error| over learning steps
     precision: PrecisionState
     hparams: RMTHParams
@@ -296,6 +299,7 @@ class RMT(Agent):
         return RMTState(
             params=params, target_params=params, opt_state=self.tx.init(params), env_state=env_state, obs=obs,
             window=window, replay=self.replay.init(example), log_temperature=jnp.log(jnp.float32(c.init_temperature)),
+            hold=exploration.Hold.empty(action_shape),
             td_ema=jnp.zeros(()), precision=self.precision.init(), hparams=hp, iteration=jnp.zeros((), jnp.int32),
             env_steps=jnp.asarray(self.config.env.num_envs * (c.n_step - 1), jnp.int32),
             grad_steps=jnp.zeros((), jnp.int32), key=key,
@@ -331,21 +335,22 @@ class RMT(Agent):
 
         # 1. act
         def env_step(carry, k):
-            obs, env_state, window, log_temp = carry
+            obs, env_state, window, log_temp, hold = carry
             k_act, k_env = jax.random.split(k)
             q = prec.select(state.precision, lambda dt: self.q_values(state.params, obs, dt))
-            action, info = exploration.select_action(k_act, q, epsilon, jnp.exp(log_temp), boltzmann)
+            action, info, hold = exploration.select_action(k_act, q, epsilon, jnp.exp(log_temp), boltzmann, hold,
+                                                           c.eps_hold)
             if boltzmann:
                 adapted = exploration.adapt_temperature(log_temp, info["policy_entropy"],
                                                         entropy_frac * info["max_entropy"], hp.temperature_lr)
                 log_temp = jnp.where(jnp.isfinite(adapted), adapted, log_temp)  # a NaN observation must not stick
             next_obs, env_state, reward, term, _, env_info = self.env.step(k_env, env_state, self.env_action(action))
             window = self._push(window, obs, action, reward, term, env_info["done"], env_info["final_obs"])
-            return (next_obs, env_state, window, log_temp), (self._emit(window), info)
+            return (next_obs, env_state, window, log_temp, hold), (self._emit(window), info)
 
         key, k_roll, k_learn = jax.random.split(state.key, 3)
-        (obs, env_state, window, log_temp), (new, act_info) = jax.lax.scan(
-            env_step, (state.obs, state.env_state, state.window, state.log_temperature),
+        (obs, env_state, window, log_temp, hold), (new, act_info) = jax.lax.scan(
+            env_step, (state.obs, state.env_state, state.window, state.log_temperature, state.hold),
             jax.random.split(k_roll, c.rollout_len))
         new = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), new)  # [T*N, ...]
 
@@ -401,7 +406,7 @@ class RMT(Agent):
 
         new_state = state.replace(
             params=params, target_params=target_params, opt_state=opt_state, env_state=env_state, obs=obs,
-            window=window, replay=replay, log_temperature=log_temp, td_ema=td_ema, precision=prec_state,
+            window=window, replay=replay, log_temperature=log_temp, hold=hold, td_ema=td_ema, precision=prec_state,
             iteration=state.iteration + 1,
             env_steps=env_steps, grad_steps=grad_steps, key=key, fusion=fusion_state)
         metrics = {

@@ -119,6 +119,19 @@ def test_before_learning_starts_the_seeds_store_but_do_not_learn():
     assert all(jax.tree.leaves(moved))
 
 
+def test_eps_hold_keeps_exploratory_actions_for_several_steps():
+    with pytest.raises(rmtjax.ConfigError, match="agent.eps_hold"):
+        rmtjax.make_config("rmt", "Pendulum-v1", {"agent.eps_hold": 0})
+    agent = agent_for(env="Pendulum-v1", **{"agent.bins": 3, "agent.eps_hold": 8, "agent.learning_starts": 10_000})
+    state = agent.init(jax.random.key(0))
+    assert state.hold.left.shape == (agent.config.env.num_envs, 1) and not np.asarray(state.hold.left).any()
+    state, m = jax.jit(agent.step)(state)  # ε = 1 at the start: every env is exploring
+    left = np.asarray(state.hold.left)
+    assert left.max() <= 7 and float(m["explore_frac"]) == 1.0
+    actions = np.asarray(state.window.action)[:, -1]  # the last action each env took
+    np.testing.assert_array_equal(np.asarray(state.hold.action)[left > 0], actions[left > 0])
+
+
 def test_learning_rate_decays_linearly_to_its_end_share():
     cfg = rmtjax.make_config("rmt", "CartPole-v1", {
         "train.total_steps": 640, "train.progress": False, "agent.hidden": [8, 8], "agent.buffer_size": 400, "agent.replay": "uniform",

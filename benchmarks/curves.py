@@ -35,6 +35,24 @@ def curve_points(returns: np.ndarray, env_steps: np.ndarray, points: int = POINT
     return env_steps[idx], returns[:, idx]
 
 
+def grid_points(returns: np.ndarray, env_steps: np.ndarray, episodes: np.ndarray, total_steps: int,
+                points: int = POINTS):
+    """(grid [points], mean return over seeds at each grid point) for a table whose columns are
+    the same for every agent: grid point g reads the last iteration at or before g (0.1% slack,
+    for iterations that overshoot the budget by a few steps). A seed that has not finished an
+    episode by then counts as missing (its metric holds 0, not a return); NaN where no seed has
+    one, or where the agent's first iteration comes after g."""
+    grid = np.linspace(total_steps / points, total_steps, points)
+    seen = np.cumsum(episodes, axis=1) > 0  # [seeds, iters]
+    values = np.where(seen, returns, np.nan)
+    out = np.full(points, np.nan)
+    for j, g in enumerate(grid):
+        idx = np.searchsorted(env_steps, g * 1.001, side="right") - 1
+        if idx >= 0 and seen[:, idx].any():
+            out[j] = np.nanmean(values[:, idx])
+    return grid, out
+
+
 def run_agent(algo: str, env: str, steps: int, seeds: int, sets: list[str], seed: int):
     overrides = dict(parse_override(s) for s in sets)
     overrides.update({"train.total_steps": steps, "train.num_seeds": seeds, "train.progress": False,
@@ -71,12 +89,15 @@ def main(argv=None):
     for algo in args.algos:
         r = run_agent(algo, args.env, args.steps, args.seeds, per_algo[algo], args.seed)
         print(r.summary(), flush=True)
-        steps_axis, pts = curve_points(r.metrics["episode_return"], r.metrics["env_steps"][0])
+        env_steps = r.metrics["env_steps"][0]
+        steps_axis, pts = grid_points(r.metrics["episode_return"], env_steps, r.metrics["episode_count"], args.steps)
         curves[algo] = r.metrics["episode_return"]
+        curves[f"{algo}_env_steps"] = env_steps
+        curves[f"{algo}_episode_count"] = r.metrics["episode_count"]
         fr = r.final_return
         sps = r.env_steps * args.seeds / r.run_seconds
         reach = "" if args.threshold is None else f"{int((fr >= args.threshold).sum())}/{len(fr)}"
-        rows.append([algo] + [f"{v:.1f}" for v in pts.mean(0)] +
+        rows.append([algo] + ["–" if np.isnan(v) else f"{v:.1f}" for v in pts] +
                     [f"{np.mean(fr):.1f}", f"{np.median(fr):.1f}", f"{np.min(fr):.1f}", reach,
                      f"{sps:,.0f}", f"{r.compile_seconds:.0f}", " ".join(f"{v:.0f}" for v in fr)])
         half = r.metrics["env_steps"].shape[1] // 2
@@ -88,7 +109,8 @@ def main(argv=None):
               ["final mean", "final median", "final min", f"≥ {args.threshold:g}" if args.threshold is not None else "",
                "env-steps/s", "compile s", "final per seed"])
     notes = (f"Mean over {args.seeds} seeds of the return of each env's last finished episode, at ten points of "
-             f"training ({args.steps:,} env steps per seed); `final` is the same at the end. Env-steps/s counts "
+             f"training ({args.steps:,} env steps per seed; each column reads an agent's last iteration at or before it, a "
+             f"seed counted once it has finished an episode, – before any has); `final` is the same at the end. Env-steps/s counts "
              f"all seeds of the whole loop (acting, replay, learning); absolute numbers here are noisy, compare "
              f"rows of one run.")
     if diag_rows:
@@ -97,8 +119,8 @@ def main(argv=None):
                   "| agent | " + " | ".join(DIAGNOSTICS) + " |\n|" + "---|" * (len(DIAGNOSTICS) + 1) + "\n" +
                   "\n".join("| " + " | ".join(r) + " |" for r in diag_rows))
     write_table(name, f"Learning curves on {args.env}: {', '.join(args.algos)}", header, rows, notes)
-    np.savez_compressed(RESULTS / f"{name}.npz", env_steps=steps_axis, **curves)
-    _plot(name, args, curves)
+    np.savez_compressed(RESULTS / f"{name}.npz", **curves)  # per agent: returns [seeds, iters], env steps, episodes
+    _plot(name, args, {a: (curves[a], curves[f"{a}_env_steps"]) for a in args.algos})
 
 
 def _plot(name, args, curves):
@@ -111,8 +133,7 @@ def _plot(name, args, curves):
         print("matplotlib is not installed: no plot")
         return
     fig, ax = plt.subplots(figsize=(6, 4))
-    for algo, ret in curves.items():
-        x = np.linspace(0, args.steps, ret.shape[1])
+    for algo, (ret, x) in curves.items():
         ax.plot(x, ret.mean(0), label=f"{algo} (mean of {ret.shape[0]})")
         ax.fill_between(x, ret.min(0), ret.max(0), alpha=0.2)
     ax.set_xlabel("env steps per seed")

@@ -13,6 +13,7 @@ per seed, how many seeds reach `--threshold`, and whole-loop env-steps/s; the cu
 from __future__ import annotations
 
 import argparse
+import warnings
 from collections import defaultdict
 
 import jax
@@ -120,7 +121,7 @@ def main(argv=None):
                   "\n".join("| " + " | ".join(r) + " |" for r in diag_rows))
     write_table(name, f"Learning curves on {args.env}: {', '.join(args.algos)}", header, rows, notes)
     np.savez_compressed(RESULTS / f"{name}.npz", **curves)  # per agent: returns [seeds, iters], env steps, episodes
-    _plot(name, args, {a: (curves[a], curves[f"{a}_env_steps"]) for a in args.algos})
+    _plot(name, args, {a: (curves[a], curves[f"{a}_env_steps"], curves[f"{a}_episode_count"]) for a in args.algos})
 
 
 def _plot(name, args, curves):
@@ -133,9 +134,12 @@ def _plot(name, args, curves):
         print("matplotlib is not installed: no plot")
         return
     fig, ax = plt.subplots(figsize=(6, 4))
-    for algo, (ret, x) in curves.items():
-        ax.plot(x, ret.mean(0), label=f"{algo} (mean of {ret.shape[0]})")
-        ax.fill_between(x, ret.min(0), ret.max(0), alpha=0.2)
+    for algo, (ret, x, episodes) in curves.items():
+        ret = np.where(np.cumsum(episodes, axis=1) > 0, ret, np.nan)  # before a seed's first episode: no return
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns before any episode
+            ax.plot(x, np.nanmean(ret, 0), label=f"{algo} (mean of {ret.shape[0]})")
+            ax.fill_between(x, np.nanmin(ret, 0), np.nanmax(ret, 0), alpha=0.2)
     ax.set_xlabel("env steps per seed")
     ax.set_ylabel("episode return")
     ax.set_title(args.env)

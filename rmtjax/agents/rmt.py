@@ -391,7 +391,7 @@ class RMT(Agent):
 
         # The updates run in every iteration; before `learning_starts` their effect is masked out.
         # (Under vmap over seeds a lax.cond on this per-seed flag becomes a select between both
-        # branches' outputs, which copied the whole replay buffer every iteration: 2.8x slower on
+        # branches' outputs, which copied the whole replay buffer every iteration: 3.5x slower on
         # Breakout-MinAtar. Masking touches only the small state: the write-back is inactive.)
         learning = env_steps >= c.learning_starts
         carry = (state.params, state.target_params, opt_state, replay, state.grad_steps, state.precision,

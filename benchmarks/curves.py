@@ -44,14 +44,19 @@ def grid_points(returns: np.ndarray, env_steps: np.ndarray, episodes: np.ndarray
     episode by then counts as missing (its metric holds 0, not a return); NaN where no seed has
     one, or where the agent's first iteration comes after g."""
     grid = np.linspace(total_steps / points, total_steps, points)
-    seen = np.cumsum(episodes, axis=1) > 0  # [seeds, iters]
-    values = np.where(seen, returns, np.nan)
+    values = episode_returns(returns, episodes)
     out = np.full(points, np.nan)
     for j, g in enumerate(grid):
         idx = np.searchsorted(env_steps, g * 1.001, side="right") - 1
-        if idx >= 0 and seen[:, idx].any():
+        if idx >= 0 and not np.isnan(values[:, idx]).all():
             out[j] = np.nanmean(values[:, idx])
     return grid, out
+
+
+def episode_returns(returns: np.ndarray, episodes: np.ndarray) -> np.ndarray:
+    """`returns` [seeds, iters] with NaN before each seed's first finished episode (where the
+    metric holds 0, not a return); `episodes` [seeds, iters] the episodes finished per iteration."""
+    return np.where(np.cumsum(episodes, axis=1) > 0, returns, np.nan)
 
 
 def run_agent(algo: str, env: str, steps: int, seeds: int, sets: list[str], seed: int):
@@ -135,7 +140,7 @@ def _plot(name, args, curves):
         return
     fig, ax = plt.subplots(figsize=(6, 4))
     for algo, (ret, x, episodes) in curves.items():
-        ret = np.where(np.cumsum(episodes, axis=1) > 0, ret, np.nan)  # before a seed's first episode: no return
+        ret = episode_returns(ret, episodes)
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns before any episode
             ax.plot(x, np.nanmean(ret, 0), label=f"{algo} (mean of {ret.shape[0]})")

@@ -27,6 +27,13 @@ def top_share(td_pool: jax.Array, td_batch: jax.Array) -> jax.Array:
     return (td_batch >= threshold).mean()
 
 
+def write_td(state, slot: jax.Array, td_abs: jax.Array, active=True):
+    """A buffer whose items carry their last |TD| as `data["td"]` (ring, sum-tree), with it set
+    at `slot` — or left as it is where `active` is False."""
+    slot = jnp.where(active, slot, state.capacity)  # past the end: dropped
+    return state.replace(data={**state.data, "td": state.data["td"].at[slot].set(td_abs, mode="drop")})
+
+
 @struct.dataclass
 class UniformInfo:
     slot: jax.Array
@@ -51,8 +58,7 @@ class UniformReplay:
         return data["item"], UniformInfo(slots, jnp.ones(batch_size), data["td"])
 
     def update(self, state, info, td_abs, active=True):
-        slot = jnp.where(active, info.slot, self.capacity)  # past the end: dropped
-        return state.replace(data={**state.data, "td": state.data["td"].at[slot].set(td_abs, mode="drop")})
+        return write_td(state, info.slot, td_abs, active)
 
     def batch_stats(self, state, info, key):
         _, pool = ring.sample(state, key, _POOL)

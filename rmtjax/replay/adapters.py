@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from rmtjax.replay import _POOL, prioritized, tiered, top_share
+from rmtjax.replay import _POOL, prioritized, tiered, top_share, write_td
 
 
 @struct.dataclass
@@ -71,8 +71,7 @@ class PrioritizedReplay:
 
     def update(self, state, info, td_abs, active=True):
         state = prioritized.update(state, info.slot, td_abs + self.EPS, info.valid & active)
-        slot = jnp.where(active, info.slot, self.capacity)  # past the end: dropped
-        return state.replace(data={**state.data, "td": state.data["td"].at[slot].set(td_abs, mode="drop")})
+        return write_td(state, info.slot, td_abs, active)
 
     def batch_stats(self, state, info, key):
         pool = jax.random.randint(key, (_POOL,), 0, jnp.maximum(state.size, 1))

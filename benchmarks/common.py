@@ -38,10 +38,21 @@ def compile_and_time(fn, *args):
     return t1 - t0, t2 - t1, out
 
 
+def command(argv: list[str] | None = None) -> str:
+    """The command line that ran this script, as a user would type it from the repository root:
+    `python -m benchmarks.NAME ...` (under `-m`, `sys.argv[0]` is the script's absolute path,
+    which names the checkout it ran in, not the command)."""
+    argv = list(sys.argv if argv is None else argv)
+    script = Path(argv[0])
+    if script.suffix == ".py" and script.parent.name == "benchmarks":
+        argv[0] = f"-m benchmarks.{script.stem}"
+    return "python " + " ".join(argv)
+
+
 def write_table(name: str, title: str, header: list[str], rows: list[list], notes: str = "") -> Path:
     """Print a markdown table and write it, with the command, machine and date, to results/NAME.md."""
     lines = [f"# {title}", "",
-             f"- command: `python {' '.join(sys.argv)}`",
+             f"- command: `{command()}`",
              f"- machine: {machine()}",
              f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}",
              f"- git: {_git_rev()}", ""]

@@ -1,6 +1,7 @@
 import numpy as np
 
-from benchmarks.curves import grid_points
+from benchmarks.common import command
+from benchmarks.curves import grid_points, late_mean, smooth
 
 
 def test_grid_points_share_columns_across_agents_and_skip_seeds_without_episodes():
@@ -14,3 +15,30 @@ def test_grid_points_share_columns_across_agents_and_skip_seeds_without_episodes
     # 5k: no iteration yet; 10k: no episode finished; 20k: only seed 0 has one; 50k: 50,040 counts
     expected = [np.nan, np.nan, np.nan, -900.0, -900.0, -600.0, -600.0, -350.0, -350.0, -150.0]
     np.testing.assert_allclose(pts, expected)
+
+
+def test_late_mean_averages_each_seeds_last_tenth_and_skips_pre_episode_iterations():
+    steps = np.arange(1, 21) * 1_000  # 20 iterations of 1k steps on a 20k budget: the last tenth is 19k, 20k
+    returns = np.zeros((3, 20))
+    returns[0, 18:] = [10.0, 20.0]
+    returns[1, 18:] = [0.0, 30.0]  # no episode at 19k: its 0 is not a return
+    returns[2, :] = 5.0  # never finished an episode
+    episodes = np.zeros((3, 20), int)
+    episodes[0, 5] = 1
+    episodes[1, 19] = 1
+    late = late_mean(returns, steps, episodes, 20_000)
+    np.testing.assert_allclose(late, [15.0, 30.0, np.nan])
+    # a larger share reaches further back: seed 0's iterations from 15k hold 0 (a return, after its first episode)
+    np.testing.assert_allclose(late_mean(returns, steps, episodes, 20_000, share=0.3)[0], 30.0 / 6)
+
+
+def test_command_names_the_module_not_the_checkout_path():
+    argv = ["/some/checkout/benchmarks/curves.py", "--env", "Acrobot-v1"]
+    assert command(argv) == "python -m benchmarks.curves --env Acrobot-v1"
+    assert command(["script.py", "--x"]) == "python script.py --x"
+
+
+def test_smooth_is_a_trailing_mean_that_ignores_pre_episode_nans():
+    values = np.array([[np.nan, np.nan, 2.0, 4.0, 6.0, 8.0]])
+    np.testing.assert_allclose(smooth(values, share=0.5), [[np.nan, np.nan, 2.0, 3.0, 4.0, 6.0]])
+    np.testing.assert_allclose(smooth(values, share=0.01), values)  # window 1: unchanged

@@ -210,11 +210,11 @@ def discovery_row(suite, command: str) -> list[str]:
 
 def main(argv=None):
     """`python -m benchmarks.claims --discovery-steps N [--seeds S] [--jobs 2]`: the MountainCar-v0
-    discovery claim alone at a budget of its own; prints its row and appends it to results/claims.md."""
+    discovery claim alone at a budget of its own; prints its row and writes results/claims_discovery.md."""
     import argparse
     import dataclasses
 
-    from benchmarks.common import RESULTS
+    from benchmarks.common import write_table
     from benchmarks.suite import QUICK, Suite, parse_args
 
     ap = argparse.ArgumentParser(description=main.__doc__)
@@ -232,12 +232,10 @@ def main(argv=None):
 
     row = discovery_row(suite, f"`python -m benchmarks.claims {' '.join(sys.argv[1:])}`")
     l0 = os.getloadavg()
-    text = ("\n\nThe discovery claim again, at a larger budget (run alone, "
-            f"{(time.perf_counter() - suite.t0) / 60:.1f} min, load average {l0[0]:.1f}):\n\n"
-            "| claim | measured | reading | command |\n|---|---|---|---|\n| " + " | ".join(row) + " |\n")
-    print(text)
-    with open(RESULTS / "claims.md", "a") as f:
-        f.write(text)
+    write_table("claims_discovery", "The exploration-discovery claim at a budget of its own",
+                ["claim", "measured", "reading", "command"], [row],
+                f"Run alone: {(time.perf_counter() - suite.t0) / 60:.1f} min wall, load average {l0[0]:.1f} at the end. "
+                "This file is this script's own, so the suite's regenerated `claims.md` does not overwrite it.")
 
 
 def _overlap_reading(off, on, change, claimed) -> str:

@@ -88,7 +88,9 @@ def env_step_times(envs: int = 64, steps: int = 2_000, repeats: int = 3) -> dict
 def _median_steps(x: np.ndarray) -> str:
     reached = np.isfinite(x)
     med = np.median(x)
-    return (f"{med:,.0f}" if math.isfinite(med) else "not reached") + f" ({reached.sum()}/{x.size} seeds reached)"
+    per_seed = ", ".join(f"{v / 1000:.1f}k" if math.isfinite(v) else "never" for v in sorted(x))
+    return ((f"{med:,.0f}" if math.isfinite(med) else "not reached") +
+            f" ({reached.sum()}/{x.size} seeds reached; per seed, sorted: {per_seed})")
 
 
 def build(suite) -> str:

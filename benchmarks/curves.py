@@ -73,7 +73,7 @@ def late_mean(returns: np.ndarray, env_steps: np.ndarray, episodes: np.ndarray, 
 
 
 def smooth(values: np.ndarray, share: float = 0.01) -> np.ndarray:
-    """[seeds, iters] moving mean over the last `share` of the iterations (at least 1), ignoring
+    """[seeds, iters] trailing moving mean over a window of `share` of all iterations (at least 1), ignoring
     NaN (pre-episode) entries; NaN where the window holds none. For plots only."""
     window = max(1, int(values.shape[1] * share))
     ok = ~np.isnan(values)

@@ -92,3 +92,10 @@ def test_claims_table_reads_every_claim_from_the_runs(monkeypatch):
     assert "+40%" in rows[1]  # -1000 -> -600
     assert "ε only ÷ ε+Boltzmann = 2.00×" in rows[3]
     assert "10.0× at 1 env" in rows[4] and "PPO 30.0×" in rows[5]
+
+
+def test_median_steps_lists_every_seed_sorted_with_never_for_a_miss():
+    from benchmarks.claims import _median_steps
+
+    text = _median_steps(np.array([120_000.0, np.inf, 98_500.0]))
+    assert text == "120,000 (2/3 seeds reached; per seed, sorted: 98.5k, 120.0k, never)"

@@ -216,7 +216,7 @@ def main(argv=None):
     import argparse
     import dataclasses
 
-    from benchmarks.common import write_table
+    from benchmarks.common import command, write_table
     from benchmarks.suite import QUICK, Suite, parse_args
 
     ap = argparse.ArgumentParser(description=main.__doc__)
@@ -230,9 +230,7 @@ def main(argv=None):
     suite.plan = lambda: [suite._key("rmt", "MountainCar-v0", a.discovery_steps, s)
                           for s in ([], ["agent.exploration=eps_greedy"])]
     suite.prefetch()
-    import sys
-
-    row = discovery_row(suite, f"`python -m benchmarks.claims {' '.join(sys.argv[1:])}`")
+    row = discovery_row(suite, f"`{command()}`")
     l0 = os.getloadavg()
     write_table("claims_discovery", "The exploration-discovery claim at a budget of its own",
                 ["claim", "measured", "reading", "command"], [row],

@@ -41,7 +41,6 @@ import dataclasses
 import datetime
 import math
 import os
-import sys
 import time
 from types import SimpleNamespace
 
@@ -49,7 +48,7 @@ import jax
 import numpy as np
 
 import rmtjax
-from benchmarks.common import RESULTS, _git_rev, compile_and_time, machine
+from benchmarks.common import RESULTS, _git_rev, command, compile_and_time, machine
 from benchmarks.curves import curve_points, run_agent
 from benchmarks.stats import bootstrap_band, iqm_ci, stratified_iqm_ci
 from rmtjax.envs import make_env
@@ -398,7 +397,7 @@ class Suite:
         elapsed = time.perf_counter() - self.t0
         l0, l1 = self.load0, os.getloadavg()
         return [f"# {title}", "",
-                f"- command: `python -m benchmarks.suite {' '.join(sys.argv[1:])}`",
+                f"- command: `{command()}`",
                 f"- machine: {machine()}",
                 f"- load average (1/5/15 min) at start {l0[0]:.1f}/{l0[1]:.1f}/{l0[2]:.1f}, at the last write "
                 f"{l1[0]:.1f}/{l1[1]:.1f}/{l1[2]:.1f} (above the core count: the machine was shared)",

@@ -315,12 +315,12 @@ class ShardedRun:
         return lambda keys, hparams=None: sharded(np.asarray(jax.random.key_data(keys)), _host(hparams))
 
     def chunk(self, chunk: Callable) -> Callable:
-        """`(stacked state, length) -> (stacked state, metrics)` from `chunk(state, length)`."""
-        def local(state, length):
-            state, metrics = chunk(_unstack(state), length)
+        """`(stacked state, start, length) -> (stacked state, metrics)` from `chunk(state, start, length)`."""
+        def local(state, start, length):
+            state, metrics = chunk(_unstack(state), start, length)
             return _stack(state), metrics
 
-        return _shard_map(local, self.mesh, (P(AXIS), P()), (P(AXIS), P()))
+        return _shard_map(local, self.mesh, (P(AXIS), P(), P()), (P(AXIS), P()))
 
     def train_fn(self, init: Callable, run: Callable) -> Callable:
         """The whole run, `(key, hparams) -> (stacked state, metrics)`, for `make_train`."""

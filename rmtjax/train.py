@@ -57,24 +57,27 @@ class TrainResult:
 
 
 def _scan_steps(vstep: Callable, length: int) -> Callable:
+    """`state -> (state, metrics)`: iterations 0 .. length-1 of the batched step `vstep(state, t)`."""
+
     def run(state):
-        return jax.lax.scan(lambda s, _: vstep(s), state, None, length)
+        return jax.lax.scan(vstep, state, jax.numpy.arange(length, dtype=jax.numpy.int32))
 
     return run
 
 
 def _masked_chunk(vstep: Callable, max_length: int) -> Callable:
-    """`(state, length) -> (state, metrics)`: scan `max_length` iterations of the batched step
-    `vstep`, stepping only the first `length` (a traced number) so one compile serves chunks of
-    any length up to it."""
+    """`(state, start, length) -> (state, metrics)`: scan `max_length` iterations of the batched
+    step `vstep(state, t)` from iteration `start`, stepping only the first `length` (both traced
+    numbers) so one compile serves every chunk of the run, of any length up to it."""
 
-    def run(state, length):
-        zero_metrics = jax.tree.map(lambda s: jax.numpy.zeros(s.shape, s.dtype), jax.eval_shape(vstep, state)[1])
+    def run(state, start, length):
+        probe = jax.eval_shape(vstep, state, jax.numpy.int32(0))[1]
+        zero_metrics = jax.tree.map(lambda s: jax.numpy.zeros(s.shape, s.dtype), probe)
 
         def body(s, i):
-            return jax.lax.cond(i < length, vstep, lambda s_: (s_, zero_metrics), s)
+            return jax.lax.cond(i < length, lambda s_: vstep(s_, start + i), lambda s_: (s_, zero_metrics), s)
 
-        return jax.lax.scan(body, state, jax.numpy.arange(max_length))
+        return jax.lax.scan(body, state, jax.numpy.arange(max_length, dtype=jax.numpy.int32))
 
     return run
 
@@ -195,7 +198,7 @@ def _drive(config: Config, key, hparams, progress, on_chunk, run) -> TrainResult
         chunk_fn = _masked_chunk(vstep, chunk_len)
         if sharded is not None:
             chunk_fn = sharded.chunk(chunk_fn)
-        chunk = jax.jit(chunk_fn, donate_argnums=0).lower(fresh, np.int32(chunk_len)).compile()
+        chunk = jax.jit(chunk_fn, donate_argnums=0).lower(fresh, np.int32(0), np.int32(chunk_len)).compile()
         compile_seconds += time.perf_counter() - t0
     del fresh
     start = done
@@ -209,7 +212,7 @@ def _drive(config: Config, key, hparams, progress, on_chunk, run) -> TrainResult
     t1 = time.perf_counter()
     while done < n_iter:
         length = min(chunk_len, n_iter - done)
-        state, metrics = chunk(state, np.int32(length))
+        state, metrics = chunk(state, np.int32(done), np.int32(length))
         metrics = {k: v[:length] for k, v in jax.device_get(metrics).items()}
         chunks.append(metrics)
         done += length

@@ -318,7 +318,8 @@ def test_mode_off_runs_the_agents_own_step_bit_for_bit():
     agent = build_agent(cfg)
     n = agent.num_iterations
     state = jax.jit(jax.vmap(agent.init))(jax.random.split(jax.random.key(1), 2))
-    state, metrics = jax.jit(_masked_chunk(jax.vmap(agent.step), n))(state, np.int32(n))
+    state, metrics = jax.jit(_masked_chunk(jax.vmap(agent.step, in_axes=(0, None)), n))(state, np.int32(0),
+                                                                                         np.int32(n))
     assert type(result.state) is type(state)  # no meta state beside it
     assert set(result.metrics) == set(metrics)  # no meta metrics
     for k, v in metrics.items():

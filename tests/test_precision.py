@@ -117,10 +117,7 @@ def inject(agent, what: str, rate: float, value: float):
 
 
 def run(agent, iterations):
-    def body(s, _):
-        return agent.step(s)
-
-    state, metrics = jax.jit(lambda s: jax.lax.scan(body, s, None, iterations))(agent.init(jax.random.key(0)))
+    state, metrics = jax.jit(lambda s: jax.lax.scan(agent.step, s, jnp.arange(iterations)))(agent.init(jax.random.key(0)))
     return jax.device_get(state), jax.device_get(metrics)
 
 
@@ -191,17 +188,17 @@ def test_bf16_computes_in_bfloat16_with_float32_parameters(algo, env):
                                          "precision.compute": "bf16", "precision.escalate_after_consecutive": 0})
     agent = build_agent(cfg)
     state = agent.init(jax.random.key(0))
-    assert dot_dtypes(jax.make_jaxpr(agent.step)(state).jaxpr) == {"bfloat16"}
+    assert dot_dtypes(jax.make_jaxpr(agent.step)(state, 0).jaxpr) == {"bfloat16"}
     assert {str(x.dtype) for x in jax.tree.leaves((state.params, state.opt_state)) if x.dtype.kind == "f"} == {"float32"}
-    new_state, metrics = jax.eval_shape(agent.step, state)
+    new_state, metrics = jax.eval_shape(agent.step, state, 0)
     assert {str(x.dtype) for x in jax.tree.leaves(new_state.params)} == {"float32"}
     loss = "loss" if algo == "rmt" else ("value_loss" if algo == "ppo" else "critic_loss")
     assert str(metrics[loss].dtype) == "float32"
     # with escalation on, the fp32 path is traced too; with fp32 only it is
     both = build_agent(cfg.override({"precision.escalate_after_consecutive": 10}))
-    assert dot_dtypes(jax.make_jaxpr(both.step)(both.init(jax.random.key(0))).jaxpr) == {"bfloat16", "float32"}
+    assert dot_dtypes(jax.make_jaxpr(both.step)(both.init(jax.random.key(0)), 0).jaxpr) == {"bfloat16", "float32"}
     fp32 = build_agent(cfg.override({"precision.compute": "fp32", "precision.escalate_after_consecutive": 10}))
-    assert dot_dtypes(jax.make_jaxpr(fp32.step)(fp32.init(jax.random.key(0))).jaxpr) == {"float32"}
+    assert dot_dtypes(jax.make_jaxpr(fp32.step)(fp32.init(jax.random.key(0)), 0).jaxpr) == {"float32"}
 
 
 # -- config ----------------------------------------------------------------------------------------

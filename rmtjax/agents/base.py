@@ -16,7 +16,14 @@ from rmtjax.precision import Precision
 class Agent:
     """Base of the agents. Subclasses set `Config` (a config section), `HParams` (a
     `flax.struct.dataclass` of float scalars whose names match fields of `Config`) and
-    implement `init(key, hparams)`, `step(state)` and `act(params, obs, key)`.
+    implement `init(key, hparams)`, `step(state, t)` and `act(params, obs, key)`.
+
+    The clock: `step(state, t)` takes `t`, the index of the iteration it runs (an int32 scalar,
+    0 for the first), from the driver's scan. `t` is the same for every seed and is never batched
+    (the driver vmaps `step` with `in_axes=(0, None)`), so whatever depends only on it — the
+    schedules, whether learning has started, target-network periods, diagnostic intervals — is
+    a real branch (`lax.cond`) under `vmap`, not a select that computes both sides. Counters
+    that follow from `t` (env steps, gradient steps) are derived from it, not kept in the state.
 
     `state.hparams` holds the numbers a user may sweep or the meta-controller may move; the
     rest of `Config` is static structure baked into the compiled program. Every gradient
@@ -49,6 +56,23 @@ class Agent:
     @property
     def num_iterations(self) -> int:
         return max(1, self.config.train.total_steps // self.steps_per_iteration)
+
+    @property
+    def initial_env_steps(self) -> int:
+        """Env steps per seed taken by `init` (before the first iteration)."""
+        return 0
+
+    def env_steps_after(self, t):
+        """Env steps per seed once iteration `t` (0-based; an int or an int32 array) is done."""
+        return self.initial_env_steps + (t + 1) * self.steps_per_iteration
+
+    def first_iteration_with(self, env_steps: int) -> int:
+        """The first iteration after which at least `env_steps` env steps per seed are done."""
+        return max(0, -(-(env_steps - self.initial_env_steps) // self.steps_per_iteration) - 1)
+
+    def progress(self, t):
+        """Share of training done when iteration `t` starts (float32, 0 at the first)."""
+        return jnp.asarray(t, jnp.float32) / self.num_iterations
 
     def default_hparams(self, overrides: Mapping[str, jax.Array] | None = None):
         """The initial hyperparameters from config, with `overrides` (name -> scalar array) on top."""

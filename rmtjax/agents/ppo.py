@@ -77,8 +77,6 @@ class PPOState:
     value_loss_ema: jax.Array  # moving average of the value loss over iterations
     precision: PrecisionState
     hparams: PPOHParams
-    iteration: jax.Array
-    env_steps: jax.Array
     key: jax.Array
 
 
@@ -164,8 +162,7 @@ class PPO(Agent):
         hp = self.default_hparams(hparams)
         opt_state = self.tx.init(params)
         return PPOState(params=params, opt_state=opt_state, env_state=env_state, obs=obs,
-                        value_loss_ema=jnp.zeros(()), precision=self.precision.init(), hparams=hp,
-                        iteration=jnp.zeros((), jnp.int32), env_steps=jnp.zeros((), jnp.int32), key=key)
+                        value_loss_ema=jnp.zeros(()), precision=self.precision.init(), hparams=hp, key=key)
 
     def act(self, params, obs, key=None):
         """Greedy action: the mode of the policy (argmax, or the Gaussian mean)."""
@@ -179,7 +176,7 @@ class PPO(Agent):
         return self.actors[jnp.dtype(dtype)].apply(params["actor"], obs), \
             self.critics[jnp.dtype(dtype)].apply(params["critic"], obs)
 
-    def step(self, state: PPOState):
+    def step(self, state: PPOState, t):
         c, hp, prec = self.cfg, state.hparams, self.precision
 
         def env_step(carry, _):
@@ -210,7 +207,7 @@ class PPO(Agent):
         batch["advantage"] = advantages.reshape(-1)
         batch["target"] = targets.reshape(-1)
 
-        progress = state.iteration.astype(jnp.float32) / self.num_iterations
+        progress = self.progress(t)
         lr = hp.lr * (1.0 - progress) if c.anneal_lr else hp.lr
         clip = prec.clip_threshold(hp.max_grad_norm, progress)
         opt_state = state.opt_state._replace(hyperparams={**state.opt_state.hyperparams, "learning_rate": lr})
@@ -249,10 +246,9 @@ class PPO(Agent):
         stats = summarize(aux)  # means over the updates the guard accepted
         value_loss_ema = ema(state.value_loss_ema, stats["value_loss"], stats["skipped_frac"] < 1.0)
 
-        env_steps = state.env_steps + T * N
+        env_steps = self.env_steps_after(t)
         new_state = state.replace(params=params, opt_state=opt_state, env_state=env_state, obs=obs,
-                                  value_loss_ema=value_loss_ema, precision=prec_state,
-                                  iteration=state.iteration + 1, env_steps=env_steps, key=key)
+                                  value_loss_ema=value_loss_ema, precision=prec_state, key=key)
         metrics = {"env_steps": env_steps, **episode_metrics(state.env_state, env_state), **stats,
                    "value_loss_ema": value_loss_ema, **hparam_metrics(hp), "lr_effective": lr,
                    **prec.metrics(prec_state, clip)}

@@ -158,9 +158,6 @@ class RMTState:
     td_ema: jax.Array  # moving average of |TD error| over learning steps
     precision: PrecisionState
     hparams: RMTHParams
-    iteration: jax.Array
-    env_steps: jax.Array
-    grad_steps: jax.Array
     key: jax.Array
     fusion: Any = None  # data-parallel runs: this device's gradient-fusion state (None on one device)
 
@@ -204,6 +201,15 @@ class RMT(Agent):
     @property
     def steps_per_iteration(self) -> int:
         return self.config.env.num_envs * self.cfg.rollout_len
+
+    @property
+    def initial_env_steps(self) -> int:
+        return self.config.env.num_envs * (self.cfg.n_step - 1)  # `init` fills the n-step window
+
+    @property
+    def first_learning_iteration(self) -> int:
+        """The first iteration that updates: the one after which `learning_starts` env steps are done."""
+        return self.first_iteration_with(self.cfg.learning_starts)
 
     # -- Q-value helpers: q_all is [B, A] or [B, D, bins]; an action is [B] or [B, D] -------------
     def q_values(self, params, obs, dtype=jnp.float32):
@@ -300,9 +306,7 @@ class RMT(Agent):
             params=params, target_params=params, opt_state=self.tx.init(params), env_state=env_state, obs=obs,
             window=window, replay=self.replay.init(example), log_temperature=jnp.log(jnp.float32(c.init_temperature)),
             hold=exploration.Hold.empty(action_shape),
-            td_ema=jnp.zeros(()), precision=self.precision.init(), hparams=hp, iteration=jnp.zeros((), jnp.int32),
-            env_steps=jnp.asarray(self.config.env.num_envs * (c.n_step - 1), jnp.int32),
-            grad_steps=jnp.zeros((), jnp.int32), key=key,
+            td_ema=jnp.zeros(()), precision=self.precision.init(), hparams=hp, key=key,
             fusion=None if self.fusion is None else self.fusion.init(params))
 
     def gradient_step(self, params, target_params, opt_state, prec_state, fusion_state, batch, weight, gamma,
@@ -322,9 +326,9 @@ class RMT(Agent):
             prec_state, loss_fn, params, opt_state, self.tx, clip, fuse, fusion_state)
         return params, opt_state, prec_state, fusion_state, loss, aux, guard
 
-    def step(self, state: RMTState):
+    def step(self, state: RMTState, t):
         c, hp = self.cfg, state.hparams
-        progress = state.iteration.astype(jnp.float32) / self.num_iterations
+        progress = self.progress(t)
         epsilon = exploration.linear_schedule(hp.eps_start, hp.eps_end, progress, c.eps_decay_frac)
         entropy_frac = exploration.linear_schedule(hp.entropy_target_start, hp.entropy_target_end, progress,
                                                    c.eps_decay_frac)
@@ -358,57 +362,52 @@ class RMT(Agent):
         td_new = prec.select(state.precision,
                              lambda dt: self._td_error(state.params, state.target_params, new, hp.gamma, dt))
         replay = self.replay.add(state.replay, new, finite_abs(td_new))
-        env_steps = state.env_steps + self.steps_per_iteration
+        env_steps = self.env_steps_after(t)
 
         # 3. learn
         lr = hp.lr * (1.0 - (1.0 - c.lr_end_frac) * progress)
         opt_state = state.opt_state._replace(hyperparams={**state.opt_state.hyperparams, "learning_rate": lr})
 
-        def update(carry, k):
-            params, target_params, opt_state, replay, grad_steps, prec_state, fusion_state = carry
+        def update(carry, x):
+            params, target_params, opt_state, replay, prec_state, fusion_state = carry
+            k, grad_step = x  # grad_step: this update's number, counted from 1 over the run (not batched)
             batch, info = self.replay.sample(replay, k, self.local_batch, beta)
             params, opt_state, prec_state, fusion_state, loss, (td, q), guard = self.gradient_step(
                 params, target_params, opt_state, prec_state, fusion_state, batch, info.weight, hp.gamma, clip)
-            grad_steps = grad_steps + 1
             if c.target_update == "polyak":
                 target_params = optax.incremental_update(params, target_params, hp.tau)
             else:
-                target_params = jax.tree.map(lambda t, p: jnp.where(grad_steps % c.target_update_every == 0, p, t),
-                                             target_params, params)
+                target_params = jax.lax.cond(grad_step % c.target_update_every == 0, lambda: params,
+                                             lambda: target_params)
             stats = {"loss": loss, "td_abs": jnp.abs(td).mean(), "q_mean": q.mean(), **guard}
             # (q_mean: Q of the minibatch before this step, no extra forward pass)
             # the write-back comes last: reading the batch after it would make XLA copy the buffer
-            replay = self.replay.update(replay, info, finite_abs(td), active=learning)
-            return (params, target_params, opt_state, replay, grad_steps, prec_state, fusion_state), (stats, info)
+            replay = self.replay.update(replay, info, finite_abs(td))
+            return (params, target_params, opt_state, replay, prec_state, fusion_state), (stats, info)
 
         def learn(args):
             k_updates, k_stats = jax.random.split(k_learn)
-            args, (stats, infos) = jax.lax.scan(update, args, jax.random.split(k_updates, self.num_updates))
+            first = (t - self.first_learning_iteration) * self.num_updates + 1
+            numbers = first + jnp.arange(self.num_updates, dtype=jnp.int32)
+            args, (stats, infos) = jax.lax.scan(update, args, (jax.random.split(k_updates, self.num_updates), numbers))
             # sampling diagnostics of the iteration's last minibatch (the top-TD share costs a sort)
             last = jax.tree.map(lambda x: x[-1], infos)
             stats = {**summarize(stats), **self.replay.batch_stats(args[3], last, k_stats)}
             return args, stats
 
-        # The updates run in every iteration; before `learning_starts` their effect is masked out.
-        # (Under vmap over seeds a lax.cond on this per-seed flag becomes a select between both
-        # branches' outputs, which copied the whole replay buffer every iteration: 3.5x slower on
-        # Breakout-MinAtar. Masking touches only the small state: the write-back is inactive.)
-        learning = env_steps >= c.learning_starts
-        carry = (state.params, state.target_params, opt_state, replay, state.grad_steps, state.precision,
-                 state.fusion)
-        learned, stats = learn(carry)
-        keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(learning, n, o), new, old)
-        (params, target_params, opt_state, grad_steps, prec_state, fusion_state) = keep(
-            learned[:3] + learned[4:], carry[:3] + carry[4:])
-        replay = learned[3]
-        stats = jax.tree.map(lambda x: jnp.where(learning, x, jnp.zeros_like(x)), stats)
+        # `t` is not batched over seeds, so this is a real branch under vmap: no update is computed
+        # before learning starts
+        learning = t >= self.first_learning_iteration
+        carry = (state.params, state.target_params, opt_state, replay, state.precision, state.fusion)
+        zero_stats = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(learn, carry)[1])
+        (params, target_params, opt_state, replay, prec_state, fusion_state), stats = jax.lax.cond(
+            learning, learn, lambda a: (a, zero_stats), carry)
         td_ema = ema(state.td_ema, stats["td_abs"], learning & (stats["skipped_frac"] < 1.0))
 
         new_state = state.replace(
             params=params, target_params=target_params, opt_state=opt_state, env_state=env_state, obs=obs,
             window=window, replay=replay, log_temperature=log_temp, hold=hold, td_ema=td_ema, precision=prec_state,
-            iteration=state.iteration + 1,
-            env_steps=env_steps, grad_steps=grad_steps, key=key, fusion=fusion_state)
+            key=key, fusion=fusion_state)
         metrics = {
             "env_steps": env_steps, **episode_metrics(state.env_state, env_state), **stats,
             "td_error_ema": td_ema, "lr_in_force": lr, "epsilon": epsilon, "temperature": jnp.exp(log_temp), "beta": beta,

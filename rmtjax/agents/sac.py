@@ -98,9 +98,6 @@ class SACState:
     td_error_ema: jax.Array  # moving average of the critics' mean |TD error|
     precision: PrecisionState
     hparams: SACHParams
-    iteration: jax.Array
-    env_steps: jax.Array
-    updates: jax.Array  # gradient updates done so far
     key: jax.Array
 
 
@@ -183,6 +180,11 @@ class SAC(Agent):
     def steps_per_iteration(self) -> int:
         return self.config.env.num_envs
 
+    @property
+    def first_learning_iteration(self) -> int:
+        """The first iteration that updates: the one after which `learning_starts` env steps are done."""
+        return self.first_iteration_with(self.cfg.learning_starts)
+
     # -- pieces ---------------------------------------------------------------------------
     def _to_env(self, unit_action):
         """[B, A] in [-1, 1] -> [B, *action_shape] in the env's box."""
@@ -227,11 +229,9 @@ class SAC(Agent):
         example = {"obs": obs[0], "action": no_action[0], "reward": jnp.zeros((), jnp.float32),
                    "next_obs": obs[0], "terminated": jnp.zeros((), bool)}
         replay = ring.init(example, self.cfg.buffer_size)
-        zero = jnp.zeros((), jnp.int32)
         return SACState(params=params, target_critic=critic, opt_state=opt_state, log_alpha=log_alpha,
                         env_state=env_state, obs=obs, replay=replay, td_error_ema=jnp.zeros(()),
-                        precision=self.precision.init(), hparams=hp, iteration=zero, env_steps=zero, updates=zero,
-                        key=key)
+                        precision=self.precision.init(), hparams=hp, key=key)
 
     def act(self, params, obs, key=None):
         """Greedy action: the rescaled tanh of the Gaussian mean."""
@@ -283,20 +283,22 @@ class SAC(Agent):
         new_opt = {"actor": a_opt, "critic": c_opt, "alpha": al_opt}
         return ({"actor": actor, "critic": critic}, target_critic, new_opt, log_alpha, ps), metrics
 
-    def step(self, state: SACState):
+    def step(self, state: SACState, t):
         c, hp, prec = self.cfg, state.hparams, self.precision
         key, k_act, k_rand, k_env, k_learn = jax.random.split(state.key, 5)
-        clip = prec.clip_threshold(hp.max_grad_norm, state.iteration.astype(jnp.float32) / self.num_iterations)
+        clip = prec.clip_threshold(hp.max_grad_norm, self.progress(t))
+        env_steps = self.env_steps_after(t)
+        learning = t >= self.first_learning_iteration  # the same for every seed: a real branch under vmap
 
         # act: uniformly random until learning starts, then a policy sample
         policy_action, _ = prec.select(state.precision,
                                        lambda dt: self._sample(state.params["actor"], state.obs, k_act, dt))
         random_action = jax.random.uniform(k_rand, policy_action.shape, minval=-1.0, maxval=1.0)
-        action = jnp.where(state.env_steps < c.learning_starts, random_action, policy_action)
+        # the env steps before this iteration's: random until `learning_starts` of them are done
+        action = jnp.where(env_steps - self.steps_per_iteration < c.learning_starts, random_action, policy_action)
         obs, env_state, reward, terminated, _, info = self.env.step(k_env, state.env_state, self._to_env(action))
         replay = ring.add(state.replay, {"obs": state.obs, "action": action, "reward": reward,
                                          "next_obs": info["final_obs"], "terminated": terminated})
-        env_steps = state.env_steps + self.config.env.num_envs
 
         # learn: `updates_per_step` updates once `learning_starts` env steps are in the buffer
         learner = (state.params, state.target_critic, self._set_lrs(state.opt_state, hp), state.log_alpha,
@@ -308,7 +310,6 @@ class SAC(Agent):
             return out, summarize(m)  # means over the updates the guard accepted
 
         zero_metrics = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(learn, learner)[1])
-        learning = env_steps >= c.learning_starts
         learner, update_metrics = jax.lax.cond(learning, learn, lambda l: (l, zero_metrics), learner)
         params, target_critic, opt_state, log_alpha, prec_state = learner
         td_error_ema = ema(state.td_error_ema, update_metrics["td_abs"],
@@ -316,10 +317,9 @@ class SAC(Agent):
 
         new_state = state.replace(
             params=params, target_critic=target_critic, opt_state=opt_state, log_alpha=log_alpha,
-            env_state=env_state, obs=obs, replay=replay, td_error_ema=td_error_ema, precision=prec_state,
-            iteration=state.iteration + 1, env_steps=env_steps,
-            updates=state.updates + jnp.where(learning, c.updates_per_step, 0), key=key)
+            env_state=env_state, obs=obs, replay=replay, td_error_ema=td_error_ema, precision=prec_state, key=key)
+        updates = jnp.maximum(t - self.first_learning_iteration + 1, 0) * c.updates_per_step
         metrics = {"env_steps": env_steps, **episode_metrics(state.env_state, env_state), **update_metrics,
-                   **hparam_metrics(hp), "alpha": jnp.exp(log_alpha), "updates": new_state.updates,
+                   **hparam_metrics(hp), "alpha": jnp.exp(log_alpha), "updates": updates,
                    "buffer_size": replay.size, "td_error_ema": td_error_ema, **prec.metrics(prec_state, clip)}
         return new_state, metrics

@@ -73,9 +73,9 @@ class Controller:
             agent_state = agent_state.replace(hparams=core.apply_arm(agent_state.hparams, meta.arm, self.cfg))
         return MetaTrainState(agent_state, meta)
 
-    def step(self, state: MetaTrainState):
-        """One iteration of every seed: the vmapped agent step, then the meta update."""
-        agent_state, metrics = jax.vmap(self.agent.step)(state.agent)
+    def step(self, state: MetaTrainState, t):
+        """Iteration `t` of every seed: the vmapped agent step, then the meta update."""
+        agent_state, metrics = jax.vmap(self.agent.step, in_axes=(0, None))(state.agent, t)
         src = core.signal_sources(metrics, self.max_entropy)
         signals = jax.vmap(lambda mt: core.signals_from_metrics(mt, src))(metrics)
         meta = state.meta
@@ -105,13 +105,14 @@ class Controller:
 
 
 def wrap(config, agent):
-    """(batched init `(keys, hparams) -> state`, batched step `state -> (state, metrics)`)
-    for the driver: the agent's own when the meta-controller and curriculum are off."""
+    """(batched init `(keys, hparams) -> state`, batched step `(state, t) -> (state, metrics)`)
+    for the driver: the agent's own when the meta-controller and curriculum are off. The
+    iteration index `t` is shared by the seeds (not batched)."""
     if not is_active(config):
         def init(keys, hparams=None):
             return jax.vmap(lambda k: agent.init(k, hparams))(keys)
 
-        return init, jax.vmap(agent.step)
+        return init, jax.vmap(agent.step, in_axes=(0, None))
     ctl = Controller(config, agent)
 
     def init(keys, hparams=None):

@@ -81,8 +81,8 @@ def small():
     step = jax.jit(agent.step)
     states = [agent.init(jax.random.key(0))]
     metrics = []
-    for _ in range(3):
-        s, m = step(states[-1])
+    for t in range(3):
+        s, m = step(states[-1], t)
         states.append(s)
         metrics.append(m)
     return agent, jax.device_get(states), jax.device_get(metrics)

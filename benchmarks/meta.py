@@ -35,7 +35,7 @@ from rmtjax.agents import build_agent
 from rmtjax.config import _preset_path, parse_override
 from rmtjax.envs import make_env
 from rmtjax.meta import controller as meta_controller
-from rmtjax.train import _scan_steps
+from rmtjax.train import _masked_chunk, _scan_steps
 
 from benchmarks.common import write_table
 from benchmarks.stats import iqm_ci
@@ -77,12 +77,14 @@ def loop_cost(env_id: str, modes, args) -> dict[str, tuple[float, float, float, 
         keys = jax.random.split(jax.random.key(args.seed), cfg.train.num_seeds)
         state = jax.jit(lambda k: init(k, None))(keys)
         iters = args.cost_iters
-        warm = max(iters, -(-cfg.agent.learning_starts // agent.steps_per_iteration) + 1) \
+        warm = max(iters, agent.first_iteration_with(cfg.agent.learning_starts) + 1) \
             if hasattr(cfg.agent, "learning_starts") else iters
         state = jax.block_until_ready(jax.jit(_scan_steps(vstep, warm))(state)[0])
-        prog = jax.jit(_scan_steps(vstep, iters)).lower(state).compile()
-        jax.block_until_ready(prog(state))  # first call outside the timing
-        progs[mode] = (prog, state)
+        # the timed iterations continue the clock from `warm`, so learning is on in all of them
+        chunk = _masked_chunk(vstep, iters)
+        run = jax.jit(lambda s: chunk(s, np.int32(warm), np.int32(iters))).lower(state).compile()
+        jax.block_until_ready(run(state))  # first call outside the timing
+        progs[mode] = (run, state)
     ratios = {m: [] for m in modes}
     cpu_ratios = {m: [] for m in modes}
     for _ in range(args.cost_reps):

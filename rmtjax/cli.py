@@ -41,10 +41,11 @@ def cmd_train(args) -> int:
     import jax
     import numpy as np
 
-    from rmtjax import distributed
+    from rmtjax import cache, distributed
     from rmtjax.train import train
 
     distributed.initialize()  # a multi-host run (RMTJAX_* variables) joins before JAX starts
+    cache.enable(disable=args.no_compile_cache)
     cfg = _build_config(args)
     if args.print_config:
         print(cfg.to_yaml())
@@ -96,6 +97,8 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, help="PRNG seed (default: train.seed)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--print-config", action="store_true", help="print the resolved config first")
+    p.add_argument("--no-compile-cache", action="store_true",
+                   help="do not read or write the persistent compilation cache (see RMTJAX_CACHE_DIR)")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--run-dir", metavar="DIR", help="write config, metrics, checkpoints and summary into DIR")
     where.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last checkpoint")

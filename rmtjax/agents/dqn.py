@@ -1,9 +1,21 @@
-"""Plain DQN: the ablation baseline of RMT.
+"""Plain DQN: the baseline of RMT.
 
 Uniform ring replay, ε-greedy exploration, an MLP torso, one-step targets from a hard-updated
 target network, no dueling head, no Double-DQN unless asked. It runs on the RMT machinery
 (same env loop, same learning step), with every RMT-specific component switched off, so a
-comparison of the two measures the components and nothing else.
+comparison of the two measures the components and nothing else — and the machinery costs
+nothing it does not use: a uniform replay computes no TD error at insertion and keeps no tiers.
+
+The loss is the squared TD error by default (as CleanRL and PureJaxRL train DQN). A Huber loss
+with δ = 1 — the DQN paper's clipped error, meant for Atari's clipped rewards — diverged on
+CartPole-v1 at the CleanRL/PureJaxRL settings (returns up to 500, early TD errors far above δ,
+whose gradient the Huber loss caps at δ): Q grew to ~6e7 and every seed stayed at a return of
+10, here and in PureJaxRL's own DQN with only its loss swapped. With a Huber loss choose δ on
+the scale of the returns (`agent.loss: huber`, `agent.huber_delta`).
+
+Presets (`rmtjax/configs/dqn_*.yaml`) are published configurations: CleanRL's `dqn.py` (also
+PureJaxRL's `dqn.py`) for CartPole-v1 and Acrobot-v1, the MinAtar paper's DQN for
+Breakout-MinAtar.
 """
 
 from __future__ import annotations
@@ -21,20 +33,26 @@ class DQNConfig(Section):
     updates_per_step: float = param(0.25, lo=0.0, lo_open=True, doc="gradient updates per env step")
     batch_size: int = param(128, lo=1)
     buffer_size: int = param(50_000, lo=16)
-    learning_starts: int = param(1_000, lo=0)
+    learning_starts: int = param(1_000, lo=0, doc="env steps per seed before learning starts")
     lr: float = param(5e-4, lo=0.0, hi=1.0, lo_open=True)
+    lr_end_frac: float = param(1.0, lo=0.0, hi=1.0, doc="learning rate at the end of training as a share of lr "
+                                                        "(linear decay from the start; 1 keeps it constant)")
+    optimizer: str = param("adam", choices=("adam", "rmsprop"), doc="adam, or centered RMSProp (decay 0.95, "
+                                                                     "eps 0.01: the MinAtar paper's DQN)")
     gamma: float = param(0.99, lo=0.0, hi=1.0)
     n_step: int = param(1, lo=1, hi=32)
     double_q: bool = param(False)
     target_update_every: int = param(500, lo=1, doc="gradient steps between target updates")
-    huber_delta: float = param(1.0, lo=0.0, lo_open=True)
-    max_grad_norm: float = param(10.0, lo=0.0, lo_open=True)
+    loss: str = param("mse", choices=("mse", "huber"), doc="mse (the mean squared TD error) or huber")
+    huber_delta: float = param(1.0, lo=0.0, lo_open=True, doc="with loss: huber, on the scale of the returns")
+    max_grad_norm: float = param(10.0, lo=0.0, doc="global-norm gradient clip; 0: no clipping")
     hidden: tuple[int, ...] = param((128, 128), lo=1)
     activation: str = param("relu", choices=("relu", "tanh", "gelu", "silu", "elu"))
     torso: str = param("mlp", choices=("mlp", "cnn"))
     eps_start: float = param(1.0, lo=0.0, hi=1.0)
     eps_end: float = param(0.05, lo=0.0, hi=1.0)
     eps_decay_frac: float = param(0.5, lo=0.0, hi=1.0, lo_open=True)
+    diagnostics_every: int = param(100, lo=1, doc="iterations between computations of top_td_share")
 
     def validate_with(self, env, train):
         DQN.settings(self).validate_with(env, train)

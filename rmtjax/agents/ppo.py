@@ -22,6 +22,7 @@ from rmtjax.agents.base import Agent, hparam_metrics
 from rmtjax.config import ConfigError, Section, param
 from rmtjax.envs import VecEnvState, episode_metrics
 from rmtjax.networks import MLP
+from rmtjax.networks.init import orthogonal
 from rmtjax.precision import PrecisionState, ema, summarize
 
 LOG_2PI = float(np.log(2 * np.pi))
@@ -91,7 +92,7 @@ class ActorNet(nn.Module):
     @nn.compact
     def __call__(self, obs):
         x = MLP(self.hidden, self.activation, dtype=self.dtype)(obs)
-        out = nn.Dense(self.out_dim, kernel_init=nn.initializers.orthogonal(0.01), dtype=self.dtype)(x)
+        out = nn.Dense(self.out_dim, kernel_init=orthogonal(0.01), dtype=self.dtype)(x)
         out = out.astype(jnp.float32)
         if self.continuous:
             log_std = self.param("log_std", nn.initializers.constant(self.init_log_std), (self.out_dim,))
@@ -107,7 +108,7 @@ class CriticNet(nn.Module):
     @nn.compact
     def __call__(self, obs):
         x = MLP(self.hidden, self.activation, dtype=self.dtype)(obs)
-        return nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0), dtype=self.dtype)(x)[:, 0].astype(jnp.float32)
+        return nn.Dense(1, kernel_init=orthogonal(1.0), dtype=self.dtype)(x)[:, 0].astype(jnp.float32)
 
 
 class PPO(Agent):

@@ -1,18 +1,23 @@
 """The RMT agent: value-based learning with tiered replay and entropy-driven exploration.
 
-One iteration (see DESIGN.md):
-1. act `rollout_len` steps in `num_envs` envs with ε-greedy mixed with Boltzmann over Q
-   (temperature adapted towards a target policy entropy);
-2. turn the steps into n-step transitions (a per-env window of the last n steps; a return is
-   cut at the first episode end, bootstrapping through truncation but never through a
-   terminal state), give each its TD error under the current networks and store it — the
-   tiered buffer routes it to the hot, warm or cold tier by that error;
-3. `num_updates` gradient steps on minibatches drawn across tiers with importance weights:
-   Double-DQN n-step targets, Huber loss, global-norm clipping, Adam with an injectable lr,
-   each through the precision guard (`rmtjax.precision`: a non-finite update is skipped);
-   the new TD errors are written back, so items move between tiers;
-4. report diagnostics (tier shares, top-TD share, TD-error moving average, grad norm, the
-   precision monitors).
+One iteration (see the design notes), each phase under `jax.named_scope("phase/<name>")` so
+`benchmarks/profile_step.py` can charge its cost:
+1. `act`: `rollout_len` steps in `num_envs` envs with ε-greedy mixed with Boltzmann over Q
+   (temperature adapted towards a target policy entropy); the steps become n-step transitions
+   (a per-env window of the last n steps; a return is cut at the first episode end,
+   bootstrapping through truncation but never through a terminal state);
+2. `store`: each new transition gets its TD error under the current networks (only where the
+   replay uses it: tiered and prioritised, not uniform) and goes into the replay — the tiered
+   buffer routes it to the hot, warm or cold tier by that error;
+3. `learn` (from the iteration after which `learning_starts` env steps are done; a real branch,
+   since the clock `t` is not batched over seeds): `num_updates` gradient steps on minibatches
+   drawn across tiers with importance weights — Double-DQN n-step targets, a Huber or squared
+   loss, global-norm clipping, Adam (or RMSProp) with an injectable lr, each through the
+   precision guard (`rmtjax.precision`: a non-finite update is skipped); the new TD errors are
+   written back, so items move between tiers;
+4. diagnostics: tier shares of the minibatches, the TD-error moving average, the grad norm, the
+   precision monitors, and every `diagnostics_every` iterations the top-TD share (it costs a
+   quantile over a pool of items; the metric holds its last value in between).
 
 Networks compute in the precision policy's dtype; a transition whose TD error is not finite
 (a NaN in its reward or observation) gets priority 0, so it cannot poison the replay's
@@ -47,6 +52,9 @@ from rmtjax.networks import TORSOS, PerDimQHead, QHead, QNetwork, make_torso
 from rmtjax.precision import PrecisionState, ema, finite_abs, summarize
 from rmtjax.replay import make_replay
 
+# RMSProp as the MinAtar paper's DQN ran it (PyTorch's centered RMSprop, eps added outside the root)
+RMSPROP = {"decay": 0.95, "eps": 0.01, "centered": True, "eps_in_sqrt": False}
+
 
 @dataclasses.dataclass(frozen=True)
 class RMTConfig(Section):
@@ -61,15 +69,19 @@ class RMTConfig(Section):
     lr: float = param(5e-4, lo=0.0, hi=1.0, lo_open=True)
     lr_end_frac: float = param(1.0, lo=0.0, hi=1.0, doc="learning rate at the end of training as a share of lr "
                                                         "(linear decay from the start; 1 keeps it constant)")
+    optimizer: str = param("adam", choices=("adam", "rmsprop"), doc="adam, or centered RMSProp (decay 0.95, "
+                                                                     "eps 0.01: the MinAtar paper's DQN)")
     gamma: float = param(0.99, lo=0.0, hi=1.0)
     n_step: int = param(3, lo=1, hi=32, doc="n of the n-step return")
     double_q: bool = param(True, doc="Double-DQN targets (online argmax, target value)")
     target_update: str = param("hard", choices=("hard", "polyak"))
     target_update_every: int = param(500, lo=1, doc="gradient steps between hard target updates")
     tau: float = param(0.005, lo=0.0, hi=1.0, lo_open=True, doc="Polyak rate")
+    loss: str = param("huber", choices=("huber", "mse"), doc="huber (quadratic within huber_delta of the target, "
+                                                              "linear beyond) or mse (the mean squared TD error)")
     huber_delta: float = param(1.0, lo=0.0, lo_open=True)
-    max_grad_norm: float = param(0.5, lo=0.0, lo_open=True, doc="global-norm gradient clip (initial; see "
-                                                                 "precision.clip_decay_to)")
+    max_grad_norm: float = param(0.5, lo=0.0, doc="global-norm gradient clip (initial; see precision.clip_decay_to); "
+                                                  "0: no clipping")
     # network
     torso: str = param("fractal", choices=TORSOS)
     hidden: tuple[int, ...] = param((128, 128), lo=1, doc="MLP widths, or (width,) × blocks for fractal/residual")
@@ -79,7 +91,9 @@ class RMTConfig(Section):
     bins: int = param(11, lo=2, hi=1001, doc="continuous actions: values per action dimension")
     # replay
     replay: str = param("tiered", choices=("tiered", "uniform", "prioritized"))
-    tier_fractions: tuple[float, ...] = param((0.01, 0.1, 0.89), lo=0.0, hi=1.0, doc="hot/warm/cold capacity shares")
+    tier_fractions: tuple[float, ...] = param((0.01, 0.1, 0.89), lo=0.0, hi=1.0,
+                                              doc="hot/warm/cold shares of the items: the tier thresholds track "
+                                                  "the matching quantiles of |TD error|")
     tier_proportions: tuple[float, ...] = param((0.25, 0.35, 0.4), lo=0.0, hi=1.0, doc="hot/warm/cold sampling shares")
     priority_alpha: float = param(0.6, lo=0.0, hi=1.0, doc="prioritized replay exponent")
     beta_start: float = param(0.4, lo=0.0, hi=1.0, doc="importance-weight exponent, annealed to 1")
@@ -94,21 +108,25 @@ class RMTConfig(Section):
     entropy_target_end: float = param(0.05, lo=0.0, hi=1.0)
     temperature_lr: float = param(0.1, lo=0.0, doc="rate of the log-temperature update")
     init_temperature: float = param(1.0, lo=1e-3, hi=1e3)
+    # diagnostics
+    diagnostics_every: int = param(100, lo=1, doc="iterations between computations of top_td_share (a quantile "
+                                                  "over 1,024 replay items); the metric holds its last value between")
 
     def validate(self):
         for name in ("tier_fractions", "tier_proportions"):
             v = getattr(self, name)
             if len(v) != 3 or abs(sum(v) - 1.0) > 1e-6:
                 raise ConfigError(f"agent.{name}: {list(v)} must be three shares (hot, warm, cold) summing to 1")
+        if min(self.tier_fractions) <= 0:
+            raise ConfigError(f"agent.tier_fractions: {list(self.tier_fractions)}: every tier needs a share above 0")
 
     def validate_with(self, env, train):
         if self.batch_size > self.buffer_size:
             raise ConfigError(f"agent.batch_size: {self.batch_size} exceeds agent.buffer_size {self.buffer_size}")
         per_iter = env.num_envs * self.rollout_len
-        if per_iter > self.buffer_size * min(self.tier_fractions):
-            if self.replay == "tiered":
-                raise ConfigError(f"agent.buffer_size: the smallest tier ({self.buffer_size} × "
-                                  f"{min(self.tier_fractions)}) must hold one iteration's {per_iter} transitions")
+        if per_iter > self.buffer_size:
+            raise ConfigError(f"agent.buffer_size: {self.buffer_size} cannot hold one iteration's {per_iter} "
+                              f"transitions (env.num_envs × agent.rollout_len)")
         if train.total_steps < per_iter:
             raise ConfigError(f"train.total_steps: {train.total_steps} is less than one iteration ({per_iter})")
         if self.torso == "cnn":
@@ -156,10 +174,22 @@ class RMTState:
     log_temperature: jax.Array
     hold: exploration.Hold  # the held ε-actions (agent.eps_hold)
     td_ema: jax.Array  # moving average of |TD error| over learning steps
+    key_share: jax.Array  # top_td_share when last computed (every `diagnostics_every` iterations)
     precision: PrecisionState
     hparams: RMTHParams
     key: jax.Array
     fusion: Any = None  # data-parallel runs: this device's gradient-fusion state (None on one device)
+
+
+@struct.dataclass
+class Schedule:
+    """The numbers an iteration runs with, from the hyperparameters and the share of training done."""
+
+    epsilon: jax.Array
+    entropy_frac: jax.Array
+    beta: jax.Array
+    clip: jax.Array
+    lr: jax.Array
 
 
 class RMT(Agent):
@@ -185,7 +215,8 @@ class RMT(Agent):
         self.nets = {jnp.dtype(dt): net(dt) for dt in {*self.precision.dtypes, jnp.float32}}
         self.net = self.nets[jnp.dtype(jnp.float32)]
         self.num_updates = max(1, round(c.updates_per_step * config.env.num_envs * c.rollout_len))
-        self.tx = optax.inject_hyperparams(optax.adam)(learning_rate=c.lr)  # clipping: in the precision guard
+        optimizer = optax.adam if c.optimizer == "adam" else (lambda learning_rate: optax.rmsprop(learning_rate, **RMSPROP))
+        self.tx = optax.inject_hyperparams(optimizer)(learning_rate=c.lr)  # clipping: in the precision guard
         # this device's share of each minibatch and of the replay capacity (all of it on one device)
         self.local_batch = c.batch_size // self.shards
         self.local_envs = config.env.num_envs // self.shards
@@ -258,19 +289,35 @@ class RMT(Agent):
             "terminated": window.terminated[rows, first_end],
         }
 
-    def _targets(self, params, target_params, batch, gamma, dtype=jnp.float32):
-        """n-step (Double-)DQN targets [B] for stored transitions (float32; networks in `dtype`)."""
-        n = self.cfg.n_step
-        ret = (batch["rewards"] * gamma ** jnp.arange(n, dtype=jnp.float32)).sum(-1)
+    def _td(self, params, target_params, batch, gamma, dtype=jnp.float32):
+        """(TD errors [B], Q of the taken actions [B]) of stored transitions under n-step
+        (Double-)DQN targets, float32, the networks computing in `dtype`. The online network sees
+        `obs` and `boot_obs` in one forward pass; the target is a constant for gradients."""
+        c = self.cfg
+        b = batch["obs"].shape[0]
+        if c.double_q:
+            both = self.q_values(params, jnp.concatenate([batch["obs"], batch["boot_obs"]]), dtype)
+            q_all, chooser = both[:b], jax.lax.stop_gradient(both[b:])
+        else:
+            q_all = self.q_values(params, batch["obs"], dtype)
         q_next_target = self.q_values(target_params, batch["boot_obs"], dtype)
-        chooser = self.q_values(params, batch["boot_obs"], dtype) if self.cfg.double_q else q_next_target
+        if not c.double_q:
+            chooser = q_next_target
+        ret = (batch["rewards"] * gamma ** jnp.arange(c.n_step, dtype=jnp.float32)).sum(-1)
         boot = self._q_of(q_next_target, jnp.argmax(chooser, axis=-1))
         discount = gamma ** batch["steps"].astype(jnp.float32) * (1.0 - batch["terminated"].astype(jnp.float32))
-        return jax.lax.stop_gradient(ret + discount * boot)
+        q = self._q_of(q_all, batch["action"])
+        return jax.lax.stop_gradient(ret + discount * boot) - q, q
 
-    def _td_error(self, params, target_params, batch, gamma, dtype=jnp.float32):
-        q = self._q_of(self.q_values(params, batch["obs"], dtype), batch["action"])
-        return self._targets(params, target_params, batch, gamma, dtype) - q
+    def _targets(self, params, target_params, batch, gamma, dtype=jnp.float32):
+        """n-step (Double-)DQN targets [B] for stored transitions (float32; networks in `dtype`)."""
+        td, q = self._td(params, target_params, batch, gamma, dtype)
+        return td + q
+
+    def _loss(self, td, weight):
+        """Importance-weighted TD loss: Huber, or mean squared error."""
+        per_item = td**2 if self.cfg.loss == "mse" else optax.huber_loss(td, delta=self.cfg.huber_delta)
+        return (weight * per_item).mean()
 
     # -- protocol ------------------------------------------------------------------------------
     def init(self, key, hparams=None) -> RMTState:
@@ -305,8 +352,8 @@ class RMT(Agent):
         return RMTState(
             params=params, target_params=params, opt_state=self.tx.init(params), env_state=env_state, obs=obs,
             window=window, replay=self.replay.init(example), log_temperature=jnp.log(jnp.float32(c.init_temperature)),
-            hold=exploration.Hold.empty(action_shape),
-            td_ema=jnp.zeros(()), precision=self.precision.init(), hparams=hp, key=key,
+            hold=exploration.Hold.empty(action_shape), td_ema=jnp.zeros(()), key_share=jnp.zeros(()),
+            precision=self.precision.init(), hparams=hp, key=key,
             fusion=None if self.fusion is None else self.fusion.init(params))
 
     def gradient_step(self, params, target_params, opt_state, prec_state, fusion_state, batch, weight, gamma,
@@ -314,107 +361,138 @@ class RMT(Agent):
         """One guarded (and, on several devices, fused) step on this device's minibatch `batch`
         with importance weights `weight` [B]. Returns `(params, opt_state, prec_state,
         fusion_state, loss, (td, q), guard_stats)`; `loss` is the mean over the devices."""
-        c = self.cfg
 
         def loss_fn(p, dtype):
-            q = self._q_of(self.q_values(p, batch["obs"], dtype), batch["action"])
-            td = self._targets(p, target_params, batch, gamma, dtype) - q
-            return (weight * optax.huber_loss(td, delta=c.huber_delta)).mean(), (td, q)
+            td, q = self._td(p, target_params, batch, gamma, dtype)
+            return self._loss(td, weight), (td, q)
 
         fuse = None if self.fusion is None else self.fusion.fuse  # one device: the plain guarded update
         params, opt_state, prec_state, loss, aux, guard, fusion_state = self.precision.fused_update(
             prec_state, loss_fn, params, opt_state, self.tx, clip, fuse, fusion_state)
         return params, opt_state, prec_state, fusion_state, loss, aux, guard
 
-    def step(self, state: RMTState, t):
-        c, hp = self.cfg, state.hparams
+    def schedule(self, hp: RMTHParams, t) -> Schedule:
+        c = self.cfg
         progress = self.progress(t)
-        epsilon = exploration.linear_schedule(hp.eps_start, hp.eps_end, progress, c.eps_decay_frac)
-        entropy_frac = exploration.linear_schedule(hp.entropy_target_start, hp.entropy_target_end, progress,
-                                                   c.eps_decay_frac)
-        beta = hp.beta_start + (1.0 - hp.beta_start) * progress
-        boltzmann = c.exploration == "eps_boltzmann"
-        prec = self.precision
-        clip = prec.clip_threshold(hp.max_grad_norm, progress)
+        return Schedule(
+            epsilon=exploration.linear_schedule(hp.eps_start, hp.eps_end, progress, c.eps_decay_frac),
+            entropy_frac=exploration.linear_schedule(hp.entropy_target_start, hp.entropy_target_end, progress,
+                                                     c.eps_decay_frac),
+            beta=hp.beta_start + (1.0 - hp.beta_start) * progress,
+            clip=self.precision.clip_threshold(hp.max_grad_norm, progress),
+            lr=hp.lr * (1.0 - (1.0 - c.lr_end_frac) * progress))
 
-        # 1. act
+    @jax.named_scope("phase/act")
+    def _act(self, state: RMTState, sched: Schedule, key):
+        """`rollout_len` steps of every env: (obs, env_state, window, log_temperature, hold) after
+        them, the emitted transitions [T*N, ...] and the exploration statistics [T]."""
+        c, prec, hp = self.cfg, self.precision, state.hparams
+        boltzmann = c.exploration == "eps_boltzmann"
+
         def env_step(carry, k):
             obs, env_state, window, log_temp, hold = carry
             k_act, k_env = jax.random.split(k)
             q = prec.select(state.precision, lambda dt: self.q_values(state.params, obs, dt))
-            action, info, hold = exploration.select_action(k_act, q, epsilon, jnp.exp(log_temp), boltzmann, hold,
-                                                           c.eps_hold)
+            action, info, hold = exploration.select_action(k_act, q, sched.epsilon, jnp.exp(log_temp), boltzmann,
+                                                           hold, c.eps_hold)
             if boltzmann:
                 adapted = exploration.adapt_temperature(log_temp, info["policy_entropy"],
-                                                        entropy_frac * info["max_entropy"], hp.temperature_lr)
+                                                        sched.entropy_frac * info["max_entropy"], hp.temperature_lr)
                 log_temp = jnp.where(jnp.isfinite(adapted), adapted, log_temp)  # a NaN observation must not stick
             next_obs, env_state, reward, term, _, env_info = self.env.step(k_env, env_state, self.env_action(action))
             window = self._push(window, obs, action, reward, term, env_info["done"], env_info["final_obs"])
             return (next_obs, env_state, window, log_temp, hold), (self._emit(window), info)
 
-        key, k_roll, k_learn = jax.random.split(state.key, 3)
-        (obs, env_state, window, log_temp, hold), (new, act_info) = jax.lax.scan(
-            env_step, (state.obs, state.env_state, state.window, state.log_temperature, state.hold),
-            jax.random.split(k_roll, c.rollout_len))
+        carry = (state.obs, state.env_state, state.window, state.log_temperature, state.hold)
+        carry, (new, act_info) = jax.lax.scan(env_step, carry, jax.random.split(key, c.rollout_len))
         new = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), new)  # [T*N, ...]
+        return carry, new, act_info
 
-        # 2. store with the TD error of the current networks
-        td_new = prec.select(state.precision,
-                             lambda dt: self._td_error(state.params, state.target_params, new, hp.gamma, dt))
-        replay = self.replay.add(state.replay, new, finite_abs(td_new))
-        env_steps = self.env_steps_after(t)
+    @jax.named_scope("phase/store")
+    def _store(self, state: RMTState, new: dict, gamma):
+        """(replay with the new transitions, their |TD| or None where the replay keeps no priority)."""
+        if not self.replay.needs_td:
+            return self.replay.add(state.replay, new), None
+        td, _ = self.precision.select(
+            state.precision, lambda dt: self._td(state.params, state.target_params, new, gamma, dt))
+        td_abs = finite_abs(td)
+        return self.replay.add(state.replay, new, td_abs), td_abs
 
-        # 3. learn
-        lr = hp.lr * (1.0 - (1.0 - c.lr_end_frac) * progress)
-        opt_state = state.opt_state._replace(hyperparams={**state.opt_state.hyperparams, "learning_rate": lr})
+    def _learn(self, learner, t, key, sched: Schedule, hp: RMTHParams, key_share):
+        """`num_updates` guarded gradient steps of iteration `t`, each with its sample, target
+        update and write-back. Returns the learner tuple and the iteration's statistics."""
+        c = self.cfg
+        first = (t - self.first_learning_iteration) * self.num_updates + 1  # run-wide number of the first update
+        k_updates, k_share = jax.random.split(key)
+        share_due = t % c.diagnostics_every == 0
 
         def update(carry, x):
-            params, target_params, opt_state, replay, prec_state, fusion_state = carry
-            k, grad_step = x  # grad_step: this update's number, counted from 1 over the run (not batched)
-            batch, info = self.replay.sample(replay, k, self.local_batch, beta)
-            params, opt_state, prec_state, fusion_state, loss, (td, q), guard = self.gradient_step(
-                params, target_params, opt_state, prec_state, fusion_state, batch, info.weight, hp.gamma, clip)
-            if c.target_update == "polyak":
-                target_params = optax.incremental_update(params, target_params, hp.tau)
-            else:
-                target_params = jax.lax.cond(grad_step % c.target_update_every == 0, lambda: params,
-                                             lambda: target_params)
-            stats = {"loss": loss, "td_abs": jnp.abs(td).mean(), "q_mean": q.mean(), **guard}
-            # (q_mean: Q of the minibatch before this step, no extra forward pass)
+            (params, target_params, opt_state, replay, prec_state, fusion_state), share = carry
+            k, index = x
+            with jax.named_scope("phase/sample"):
+                batch, info = self.replay.sample(replay, k, self.local_batch, sched.beta)
+            with jax.named_scope("phase/grad_step"):
+                params, opt_state, prec_state, fusion_state, loss, (td, q), guard = self.gradient_step(
+                    params, target_params, opt_state, prec_state, fusion_state, batch, info.weight, hp.gamma,
+                    sched.clip)
+            with jax.named_scope("phase/target"):
+                if c.target_update == "polyak":
+                    target_params = optax.incremental_update(params, target_params, hp.tau)
+                else:
+                    # the update's number is the same for every seed: a real branch
+                    target_params = jax.lax.cond((first + index) % c.target_update_every == 0, lambda: params,
+                                                 lambda: target_params)
+            with jax.named_scope("phase/diagnostics"):
+                stats = {"loss": loss, "td_abs": jnp.abs(td).mean(), "q_mean": q.mean(), **guard,
+                         **self.replay.batch_stats(replay, info)}
+                # the top-TD share of the iteration's last minibatch, every `diagnostics_every` iterations
+                share = jax.lax.cond(share_due & (index == self.num_updates - 1),
+                                     lambda: self.replay.key_share(replay, info, k_share), lambda: share)
             # the write-back comes last: reading the batch after it would make XLA copy the buffer
-            replay = self.replay.update(replay, info, finite_abs(td))
-            return (params, target_params, opt_state, replay, prec_state, fusion_state), (stats, info)
+            with jax.named_scope("phase/write_back"):
+                replay = self.replay.update(replay, info, finite_abs(td))
+            return ((params, target_params, opt_state, replay, prec_state, fusion_state), share), stats
 
-        def learn(args):
-            k_updates, k_stats = jax.random.split(k_learn)
-            first = (t - self.first_learning_iteration) * self.num_updates + 1
-            numbers = first + jnp.arange(self.num_updates, dtype=jnp.int32)
-            args, (stats, infos) = jax.lax.scan(update, args, (jax.random.split(k_updates, self.num_updates), numbers))
-            # sampling diagnostics of the iteration's last minibatch (the top-TD share costs a sort)
-            last = jax.tree.map(lambda x: x[-1], infos)
-            stats = {**summarize(stats), **self.replay.batch_stats(args[3], last, k_stats)}
-            return args, stats
+        xs = (jax.random.split(k_updates, self.num_updates), jnp.arange(self.num_updates, dtype=jnp.int32))
+        (learner, key_share), stats = jax.lax.scan(update, (learner, key_share), xs)
+        return learner, {**summarize(stats), "top_td_share": key_share}
 
-        # `t` is not batched over seeds, so this is a real branch under vmap: no update is computed
-        # before learning starts
-        learning = t >= self.first_learning_iteration
-        carry = (state.params, state.target_params, opt_state, replay, state.precision, state.fusion)
-        zero_stats = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(learn, carry)[1])
-        (params, target_params, opt_state, replay, prec_state, fusion_state), stats = jax.lax.cond(
-            learning, learn, lambda a: (a, zero_stats), carry)
+    def step(self, state: RMTState, t):
+        c, hp, prec = self.cfg, state.hparams, self.precision
+        sched = self.schedule(hp, t)
+        key, k_roll, k_learn = jax.random.split(state.key, 3)
+
+        (obs, env_state, window, log_temp, hold), new, act_info = self._act(state, sched, k_roll)
+        replay, td_new = self._store(state, new, hp.gamma)
+
+        opt_state = state.opt_state._replace(hyperparams={**state.opt_state.hyperparams, "learning_rate": sched.lr})
+        learner = (state.params, state.target_params, opt_state, replay, state.precision, state.fusion)
+        learning = t >= self.first_learning_iteration  # `t` is not batched: a real branch under vmap
+
+        def skip(learner):
+            stats = jax.eval_shape(lambda: self._learn(learner, t, k_learn, sched, hp, state.key_share)[1])
+            stats = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), stats)
+            return learner, {**stats, "top_td_share": state.key_share}
+
+        learner, stats = jax.lax.cond(
+            learning, lambda l: self._learn(l, t, k_learn, sched, hp, state.key_share), skip, learner)
+        params, target_params, opt_state, replay, prec_state, fusion_state = learner
         td_ema = ema(state.td_ema, stats["td_abs"], learning & (stats["skipped_frac"] < 1.0))
 
         new_state = state.replace(
             params=params, target_params=target_params, opt_state=opt_state, env_state=env_state, obs=obs,
-            window=window, replay=replay, log_temperature=log_temp, hold=hold, td_ema=td_ema, precision=prec_state,
-            key=key, fusion=fusion_state)
-        metrics = {
-            "env_steps": env_steps, **episode_metrics(state.env_state, env_state), **stats,
-            "td_error_ema": td_ema, "lr_in_force": lr, "epsilon": epsilon, "temperature": jnp.exp(log_temp), "beta": beta,
-            "policy_entropy": act_info["policy_entropy"].mean(), "explore_frac": act_info["explore_frac"].mean(),
-            "nongreedy_frac": act_info["nongreedy_frac"].mean(), "td_new_abs": finite_abs(td_new).mean(),
-            **self.replay.buffer_stats(replay), **hparam_metrics(hp), **prec.metrics(prec_state, clip),
-        }
-        if self.fusion is not None:
-            metrics = self.fusion.reduce_metrics(metrics)
+            window=window, replay=replay, log_temperature=log_temp, hold=hold, td_ema=td_ema,
+            key_share=stats["top_td_share"], precision=prec_state, key=key, fusion=fusion_state)
+        with jax.named_scope("phase/diagnostics"):
+            metrics = {
+                "env_steps": self.env_steps_after(t), **episode_metrics(state.env_state, env_state), **stats,
+                "td_error_ema": td_ema, "lr_in_force": sched.lr, "epsilon": sched.epsilon,
+                "temperature": jnp.exp(log_temp), "beta": sched.beta,
+                "policy_entropy": act_info["policy_entropy"].mean(), "explore_frac": act_info["explore_frac"].mean(),
+                "nongreedy_frac": act_info["nongreedy_frac"].mean(),
+                **({} if td_new is None else {"td_new_abs": td_new.mean()}),
+                **self.replay.buffer_stats(replay), **hparam_metrics(hp), **prec.metrics(prec_state, sched.clip),
+            }
+            if self.fusion is not None:
+                metrics = self.fusion.reduce_metrics(metrics)
         return new_state, metrics

@@ -1,12 +1,13 @@
 """Network building blocks (flax linen): torsos and heads chosen by config."""
 
 from rmtjax.networks.heads import PerDimQHead, QHead, QNetwork
+from rmtjax.networks.init import orthogonal
 from rmtjax.networks.torsos import MLP, FractalBlock, FractalTorso, MinAtarCNN, ResidualMLP, activation_fn
 
 TORSOS = ("mlp", "fractal", "residual", "cnn")
 
 __all__ = ["MLP", "FractalBlock", "FractalTorso", "MinAtarCNN", "PerDimQHead", "QHead", "QNetwork", "ResidualMLP",
-           "TORSOS", "activation_fn", "make_torso"]
+           "TORSOS", "activation_fn", "make_torso", "orthogonal"]
 
 
 def make_torso(kind: str, hidden, activation: str, layer_norm: bool, dtype, cnn_channels: int = 16):

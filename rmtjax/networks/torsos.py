@@ -12,6 +12,8 @@ import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 
+from rmtjax.networks.init import orthogonal
+
 ACTIVATIONS = {"relu": nn.relu, "tanh": nn.tanh, "gelu": nn.gelu, "silu": nn.silu, "elu": nn.elu}
 
 
@@ -20,7 +22,7 @@ def activation_fn(name: str):
 
 
 def _dense(width, dtype, scale=np.sqrt(2)):
-    return nn.Dense(width, kernel_init=nn.initializers.orthogonal(scale), dtype=dtype)
+    return nn.Dense(width, kernel_init=orthogonal(scale), dtype=dtype)
 
 
 def _flat(x, dtype):
@@ -118,6 +120,6 @@ class MinAtarCNN(nn.Module):
         act = activation_fn(self.activation)
         x = x.astype(self.dtype)
         x = act(nn.Conv(self.channels, (3, 3), padding="VALID", dtype=self.dtype,
-                        kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
+                        kernel_init=orthogonal(np.sqrt(2)))(x))
         x = x.reshape((x.shape[0], -1))
         return act(_dense(self.width, self.dtype)(x))

@@ -2,10 +2,14 @@
 (hot/warm/cold keyed on TD error) and `prioritized` (sum-tree baseline).
 
 `make_replay(kind, ...)` wraps each in the one interface the value-based agents use:
-`init(example)`, `add(state, batch, td_abs)`, `sample(state, key, batch_size, beta) ->
-(batch, info)` with `info.weight` the importance weights, `update(state, info, td_abs,
-active=True)` (with `active` False the write-back changes nothing, so a caller can mask it
-instead of branching around it), and the diagnostics `batch_stats` / `buffer_stats`.
+
+- `init(example)`, `add(state, batch, td_abs)` (`td_abs` is ignored where `needs_td` is False:
+  a uniform buffer keeps no priority, so the agent need not compute one at insertion);
+- `sample(state, key, batch_size, beta) -> (batch, info)` with `info.weight` the importance
+  weights, and `update(state, info, td_abs)`, the write-back of the drawn items' new |TD|;
+- diagnostics: `batch_stats(state, info)` (cheap, every iteration), `key_share(state, info,
+  key)` (the top-TD share; it costs a quantile over a pool of items, so agents compute it every
+  few iterations) and `buffer_stats(state)`.
 """
 
 from __future__ import annotations
@@ -27,11 +31,9 @@ def top_share(td_pool: jax.Array, td_batch: jax.Array) -> jax.Array:
     return (td_batch >= threshold).mean()
 
 
-def write_td(state, slot: jax.Array, td_abs: jax.Array, active=True):
-    """A buffer whose items carry their last |TD| as `data["td"]` (ring, sum-tree), with it set
-    at `slot` — or left as it is where `active` is False."""
-    slot = jnp.where(active, slot, state.capacity)  # past the end: dropped
-    return state.replace(data={**state.data, "td": state.data["td"].at[slot].set(td_abs, mode="drop")})
+def write_td(state, slot: jax.Array, td_abs: jax.Array):
+    """A buffer whose items carry their last |TD| as `data["td"]` (ring, sum-tree), with it set at `slot`."""
+    return state.replace(data={**state.data, "td": state.data["td"].at[slot].set(td_abs)})
 
 
 @struct.dataclass
@@ -42,7 +44,11 @@ class UniformInfo:
 
 
 class UniformReplay:
-    """The ring buffer with each item's last |TD error| kept beside it (for diagnostics only)."""
+    """The ring buffer with each item's last |TD error| kept beside it, for the top-TD-share
+    diagnostic only. No TD is computed at insertion: a new item's |TD| is 0 until it is first
+    drawn (at these replay ratios an item is drawn several times in its life)."""
+
+    needs_td = False
 
     def __init__(self, capacity: int):
         self.capacity = capacity
@@ -50,19 +56,23 @@ class UniformReplay:
     def init(self, example):
         return ring.init({"item": example, "td": jnp.zeros((), jnp.float32)}, self.capacity)
 
-    def add(self, state, batch, td_abs):
-        return ring.add(state, {"item": batch, "td": td_abs})
+    def add(self, state, batch, td_abs=None):
+        b = jax.tree.leaves(batch)[0].shape[0]
+        return ring.add(state, {"item": batch, "td": jnp.zeros((b,), jnp.float32)})
 
     def sample(self, state, key, batch_size, beta):
         data, slots = ring.sample(state, key, batch_size)
         return data["item"], UniformInfo(slots, jnp.ones(batch_size), data["td"])
 
-    def update(self, state, info, td_abs, active=True):
-        return write_td(state, info.slot, td_abs, active)
+    def update(self, state, info, td_abs):
+        return write_td(state, info.slot, td_abs)
 
-    def batch_stats(self, state, info, key):
+    def batch_stats(self, state, info):
+        return {}
+
+    def key_share(self, state, info, key):
         _, pool = ring.sample(state, key, _POOL)
-        return {"top_td_share": top_share(state.data["td"][pool], info.td)}
+        return top_share(state.data["td"][pool], info.td)
 
     def buffer_stats(self, state):
         return {"replay_size": state.size}

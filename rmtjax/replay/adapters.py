@@ -21,6 +21,8 @@ class PrioritizedDraw:
 class TieredReplay:
     """Hot/warm/cold tiers keyed on |TD error|, sampled in fixed proportions."""
 
+    needs_td = True
+
     def __init__(self, capacity: int, fractions, proportions):
         self.capacity, self.fractions = capacity, tuple(fractions)
         self.proportions = jnp.asarray(proportions, jnp.float32)
@@ -34,20 +36,20 @@ class TieredReplay:
     def sample(self, state, key, batch_size, beta):
         return tiered.sample(state, key, batch_size, self.proportions, beta)
 
-    def update(self, state, info, td_abs, active=True):
-        return tiered.update(state, info.replace(valid=info.valid & active), td_abs)
+    def update(self, state, info, td_abs):
+        return tiered.update(state, info, td_abs)
 
-    def batch_stats(self, state, info, key):
-        counts = tiered.tier_sizes(state).astype(jnp.float32)
-        # drawing in proportion to tier sizes is a uniform draw over the buffer's items
-        _, pool = tiered.sample(state, key, _POOL, counts / jnp.maximum(counts.sum(), 1.0), 0.0)
-        return {"top_td_share": top_share(pool.abs_td_error, info.abs_td_error),
-                "hot_share": (info.tier == tiered.HOT).mean(), "warm_share": (info.tier == tiered.WARM).mean(),
+    def batch_stats(self, state, info):
+        return {"hot_share": (info.tier == tiered.HOT).mean(), "warm_share": (info.tier == tiered.WARM).mean(),
                 "cold_share": (info.tier == tiered.COLD).mean()}
+
+    def key_share(self, state, info, key):
+        pool = jax.random.randint(key, (_POOL,), 0, jnp.maximum(state.size, 1))  # the ring's items, uniformly
+        return top_share(state.abs_td_error[pool], info.abs_td_error)
 
     def buffer_stats(self, state):
         counts = tiered.tier_sizes(state)
-        return {"replay_size": counts.sum(), "hot_size": counts[0], "warm_size": counts[1], "cold_size": counts[2],
+        return {"replay_size": state.size, "hot_size": counts[0], "warm_size": counts[1], "cold_size": counts[2],
                 "hot_threshold": state.thresholds[0], "warm_threshold": state.thresholds[1]}
 
 
@@ -55,6 +57,7 @@ class PrioritizedReplay:
     """Proportional prioritised replay (sum-tree), priority = |TD error|."""
 
     EPS = 1e-3  # keeps every item drawable
+    needs_td = True
 
     def __init__(self, capacity: int, alpha: float):
         self.capacity, self.alpha = capacity, alpha
@@ -69,13 +72,16 @@ class PrioritizedReplay:
         data, info = prioritized.sample(state, key, batch_size, beta)
         return data["item"], PrioritizedDraw(info.slot, info.weight, info.valid, data["td"])
 
-    def update(self, state, info, td_abs, active=True):
-        state = prioritized.update(state, info.slot, td_abs + self.EPS, info.valid & active)
-        return write_td(state, info.slot, td_abs, active)
+    def update(self, state, info, td_abs):
+        state = prioritized.update(state, info.slot, td_abs + self.EPS, info.valid)
+        return write_td(state, info.slot, td_abs)
 
-    def batch_stats(self, state, info, key):
+    def batch_stats(self, state, info):
+        return {}
+
+    def key_share(self, state, info, key):
         pool = jax.random.randint(key, (_POOL,), 0, jnp.maximum(state.size, 1))
-        return {"top_td_share": top_share(state.data["td"][pool], info.td)}
+        return top_share(state.data["td"][pool], info.td)
 
     def buffer_stats(self, state):
         return {"replay_size": state.size}

@@ -55,8 +55,3 @@ def sample(state: RingState, key: jax.Array, batch_size: int) -> tuple[Any, jax.
 
 def gather(state: RingState, slots: jax.Array) -> Any:
     return jax.tree.map(lambda buf: buf[slots], state.data)
-
-
-def filled(state: RingState) -> jax.Array:
-    """[capacity] bool, which slots hold an item (for diagnostics such as `stats.top_share_of`)."""
-    return jnp.arange(state.capacity) < state.size

@@ -85,7 +85,7 @@ def test_one_iteration_stores_transitions_and_counts_steps():
 
 
 @pytest.mark.parametrize("replay", ["tiered", "uniform", "prioritized"])
-def test_an_inactive_write_back_changes_nothing(replay):
+def test_a_write_back_changes_the_drawn_items_priorities(replay):
     from rmtjax.replay import make_replay
 
     buf = make_replay(replay, 64)
@@ -94,12 +94,13 @@ def test_an_inactive_write_back_changes_nothing(replay):
     items = {"obs": jnp.arange(90.0).reshape(30, 3), "action": jnp.arange(30, dtype=jnp.int32)}
     state = buf.add(state, items, jnp.linspace(0.01, 3.0, 30))
     _, info = buf.sample(state, jax.random.key(1), 16, 0.5)
-    new_td = jnp.full((16,), 50.0)  # would move every drawn item to the hot tier
-    same = buf.update(state, info, new_td, active=jnp.asarray(False))
-    for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(same)):
-        np.testing.assert_array_equal(a, b)
-    moved = buf.update(state, info, new_td, active=jnp.asarray(True))
-    assert any(bool(jnp.any(a != b)) for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(moved)))
+    moved = buf.update(state, info, jnp.full((16,), 50.0))  # moves every drawn item to the hot tier
+    changed = [bool(jnp.any(a != b)) for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(moved))]
+    assert any(changed)
+    # the items themselves are never rewritten
+    for a, b in zip(jax.tree.leaves(state.data), jax.tree.leaves(moved.data)):
+        if a.shape[1:] == (3,):
+            np.testing.assert_array_equal(a, b)
 
 
 def test_before_learning_starts_the_seeds_store_but_do_not_learn():
@@ -114,7 +115,7 @@ def test_before_learning_starts_the_seeds_store_but_do_not_learn():
         np.testing.assert_array_equal(a, b)
     assert np.all(np.asarray(m1["loss"]) == 0) and np.all(np.asarray(m1["grad_norm"]) == 0)
     np.testing.assert_array_equal(m1["env_steps"], [24, 24])
-    assert np.all(np.asarray(s1.replay.count.sum(-1)) == 16)  # 4 envs × 4 steps stored per seed
+    assert np.all(np.asarray(s1.replay.size) == 16)  # 4 envs × 4 steps stored per seed
     s2, m2 = step(s1, 1)  # 40 env steps: learning
     assert np.all(np.asarray(m2["loss"]) > 0)
     moved = jax.tree.map(lambda a, b: bool(jnp.any(a != b)), state.params, s2.params)
@@ -165,3 +166,17 @@ def test_rmt_with_tiered_replay_learns_cartpole():
     assert m["hot_size"][0, -1] > 0 and m["warm_size"][0, -1] > 0 and m["cold_size"][0, -1] > 0
     assert m["hot_share"][0, -1] > 0.1 and m["cold_share"][0, -1] > 0.1
     assert np.all(np.isfinite(m["td_error_ema"]))
+
+
+def test_uniform_replay_computes_no_td_at_insertion_and_the_top_share_is_periodic():
+    cfg = rmtjax.make_config("dqn", "CartPole-v1", {"train.total_steps": 1600, "train.progress": False,
+                                                    "agent.hidden": [8, 8], "agent.learning_starts": 0,
+                                                    "agent.batch_size": 8, "agent.diagnostics_every": 10})
+    agent = build_agent(cfg)
+    assert not agent.replay.needs_td
+    result = rmtjax.train(cfg, jax.random.key(0))
+    assert "td_new_abs" not in result.metrics  # no TD error was computed for new transitions
+    share = result.metrics["top_td_share"][0]  # 100 iterations, recomputed at 0, 10, ..., 90
+    for start in range(0, 100, 10):
+        assert (share[start:start + 10] == share[start]).all()
+    assert len(set(share.tolist())) > 1

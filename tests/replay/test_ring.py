@@ -6,7 +6,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rmtjax.replay import ring
-from rmtjax.replay.stats import top_share_of
 
 CAPACITY = 7
 EXAMPLE = {"obs": jnp.zeros((2,), jnp.uint8), "td_error": jnp.float32(0)}
@@ -72,13 +71,9 @@ def test_sampling_covers_the_filled_slots_uniformly():
     assert ((counts[:3] - 1000) ** 2 / 1000).sum() < 13.8
 
 
-def test_top_share_on_a_ring_with_a_td_error_field():
-    state = _add(ring.init(EXAMPLE, CAPACITY), make_batch(0, 7))
-    state = _add(state, make_batch(7, 3))  # td errors 3..9 live now
-    filled = ring.filled(state)
-    assert bool(filled.all())
-    # 7 live items, top round(0.3 * 7) = 2 of them: |td| 8 and 9
-    share = top_share_of(state.data["td_error"], filled, jnp.array([9.0, -8.0, 7.0, 3.0]), q=0.7)
-    assert float(share) == pytest.approx(0.5)
-    half_full = _add(ring.init(EXAMPLE, CAPACITY), make_batch(0, 3))
-    np.testing.assert_array_equal(np.asarray(ring.filled(half_full)), [True] * 3 + [False] * 4)
+def test_top_share_counts_a_batch_against_the_pools_top_decile():
+    from rmtjax.replay import top_share
+
+    pool = jnp.arange(1.0, 101.0)  # the 90th percentile (interpolated) is 90.1
+    assert float(top_share(pool, jnp.array([95.0, 91.0, 90.0, 3.0]))) == pytest.approx(0.5)
+    assert float(top_share(pool, jnp.array([100.0]))) == 1.0 and float(top_share(pool, jnp.array([1.0]))) == 0.0

@@ -108,6 +108,8 @@ def test_tiny_dqn_run_metrics(tiny_dqn):
     # a random CartPole policy ends episodes within a few dozen steps
     assert (np.asarray(m["episode_return"])[:, -1] > 5).all()
     assert state.buffer["obs"].shape == (2, s.buffer_size, 4)
+    # the last iteration's 4 env steps reach 2000, a multiple of 100: the target is a copy of the net
+    jax.tree.map(np.testing.assert_array_equal, state.target_params, state.params)
 
 
 def test_dqn_conds_stay_branches_under_vmap(tiny_dqn):

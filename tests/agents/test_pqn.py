@@ -87,3 +87,13 @@ def test_the_clock_comes_from_t_and_the_state_keeps_no_counters(tiny):
     # the CartPole preset's ε: 1 -> 0.2 over the first 20%, so halfway down at 10%
     assert float(m["epsilon"]) == pytest.approx(0.6)
     assert float(m["lr_in_force"]) == pytest.approx(1e-3 * 0.9)  # linear decay to 0 over the run
+
+
+def test_cnn_torso_puts_a_layer_norm_after_the_convolution_and_the_dense_layer():
+    cfg = rmtjax.make_config("pqn", "Breakout-MinAtar", {"env.num_envs": 2, "agent.num_minibatches": 1,
+                                                         "train.total_steps": 64})
+    agent = rmtjax.agents.build_agent(cfg)
+    params = agent.net.init(jax.random.key(0), jnp.zeros((2, 10, 10, 4)))["params"]
+    shapes = jax.tree.map(jnp.shape, params["torso"])
+    assert shapes["LayerNorm_0"]["scale"] == (16,) and shapes["LayerNorm_1"]["scale"] == (128,)
+    assert shapes["Dense_0"]["kernel"] == (8 * 8 * 16, 128) and params["head"]["Dense_0"]["bias"].shape == (3,)

@@ -12,6 +12,7 @@ _REGISTRY = {
     "rmt": "rmtjax.agents.rmt:RMT",
     "dqn": "rmtjax.agents.dqn:DQN",
     "sac": "rmtjax.agents.sac:SAC",
+    "pqn": "rmtjax.agents.pqn:PQN",
 }
 
 

@@ -108,18 +108,26 @@ class ResidualMLP(nn.Module):
 
 
 class MinAtarCNN(nn.Module):
-    """A small CNN for 10×10×C MinAtar-sized images, then a dense layer."""
+    """A small CNN for 10×10×C MinAtar-sized images, then a dense layer: [B, H, W, C] -> [B, width].
+
+    `layer_norm` puts a LayerNorm after the convolution (over the channels of each position) and
+    after the dense layer, before each activation, as PQN's network has; off by default, so the
+    agents that build this torso through `make_torso` keep their network.
+    """
 
     channels: int = 16
     width: int = 128
     activation: str = "relu"
     dtype: jnp.dtype = jnp.float32
+    layer_norm: bool = False
 
     @nn.compact
     def __call__(self, x):
         act = activation_fn(self.activation)
         x = x.astype(self.dtype)
-        x = act(nn.Conv(self.channels, (3, 3), padding="VALID", dtype=self.dtype,
-                        kernel_init=orthogonal(np.sqrt(2)))(x))
-        x = x.reshape((x.shape[0], -1))
-        return act(_dense(self.width, self.dtype)(x))
+        x = nn.Conv(self.channels, (3, 3), padding="VALID", dtype=self.dtype,
+                    kernel_init=orthogonal(np.sqrt(2)))(x)
+        if self.layer_norm:
+            x = nn.LayerNorm(dtype=self.dtype)(x)
+        x = act(x).reshape((x.shape[0], -1))
+        return _layer(x, self.width, act, self.layer_norm, self.dtype)

@@ -23,6 +23,7 @@ import numpy as np
 import optax
 
 from benchmarks.common import compile_and_time
+from rmtjax.networks.init import orthogonal
 
 
 # -- shared pieces ----------------------------------------------------------------------------
@@ -42,7 +43,9 @@ class MLP(nn.Module):
         def dense(width, gain):
             if self.head_scale is None:
                 return nn.Dense(width)
-            return nn.Dense(width, kernel_init=nn.initializers.orthogonal(gain), bias_init=nn.initializers.zeros)
+            # rmtjax's LAPACK-free orthogonal init: the same matrices as flax's, without jaxlib
+            # 0.10's batched-QR deadlock under vmap (see rmtjax/networks/init.py)
+            return nn.Dense(width, kernel_init=orthogonal(gain), bias_init=nn.initializers.zeros)
 
         for width in self.hidden:
             x = self.act(dense(width, np.sqrt(2.0))(x))

@@ -289,15 +289,24 @@ class RMT(Agent):
             "terminated": window.terminated[rows, first_end],
         }
 
-    def _td(self, params, target_params, batch, gamma, dtype=jnp.float32):
+    def _td(self, params, target_params, batch, gamma, dtype=jnp.float32, one_pass=False):
         """(TD errors [B], Q of the taken actions [B]) of stored transitions under n-step
-        (Double-)DQN targets, float32, the networks computing in `dtype`. The online network sees
-        `obs` and `boot_obs` in one forward pass; the target is a constant for gradients."""
+        (Double-)DQN targets, float32, the networks computing in `dtype`; the target is a
+        constant for gradients.
+
+        `one_pass` (where no gradient is taken: TD errors at insertion): the online network sees
+        `obs` and `boot_obs` in one forward pass. Under a gradient the two are separate passes:
+        a joint one would run the backward pass over both halves, and on a CPU, where these
+        networks are compute-bound, that cost more than the second forward pass it saves
+        (measured: 3.7 vs 2.0 ms per update for the 128-wide fractal torso, batch 128)."""
         c = self.cfg
         b = batch["obs"].shape[0]
-        if c.double_q:
+        if c.double_q and one_pass:
             both = self.q_values(params, jnp.concatenate([batch["obs"], batch["boot_obs"]]), dtype)
-            q_all, chooser = both[:b], jax.lax.stop_gradient(both[b:])
+            q_all, chooser = both[:b], both[b:]
+        elif c.double_q:
+            q_all = self.q_values(params, batch["obs"], dtype)
+            chooser = jax.lax.stop_gradient(self.q_values(params, batch["boot_obs"], dtype))
         else:
             q_all = self.q_values(params, batch["obs"], dtype)
         q_next_target = self.q_values(target_params, batch["boot_obs"], dtype)
@@ -414,7 +423,7 @@ class RMT(Agent):
         if not self.replay.needs_td:
             return self.replay.add(state.replay, new), None
         td, _ = self.precision.select(
-            state.precision, lambda dt: self._td(state.params, state.target_params, new, gamma, dt))
+            state.precision, lambda dt: self._td(state.params, state.target_params, new, gamma, dt, one_pass=True))
         td_abs = finite_abs(td)
         return self.replay.add(state.replay, new, td_abs), td_abs
 

@@ -52,18 +52,20 @@ def select_action(key: jax.Array, q: jax.Array, epsilon: jax.Array, temperature:
     actor still holding repeats its held action and an ε-draw starts a new hold of 1..max_hold
     steps; without, each step is a fresh draw and the returned hold is None.
     """
-    k_eps, k_uni, k_boltz = jax.random.split(key, 3)
     num = q.shape[-1]
-    uniform = jax.random.randint(k_uni, q.shape[:-1], 0, num)
-    if boltzmann:
-        exploit = jax.random.categorical(k_boltz, q / temperature, axis=-1)
+    # every random number of the step from one draw: the ε test, the uniform action, the hold
+    # length and (Boltzmann) one Gumbel variable per action, so the draw is one generator call
+    u = jax.random.uniform(key, q.shape[:-1] + (3 + (num if boltzmann else 0),), minval=jnp.finfo(jnp.float32).tiny)
+    uniform = jnp.minimum((u[..., 1] * num).astype(jnp.int32), num - 1)
+    if boltzmann:  # Gumbel-max: argmax(q / τ + G) is a draw from softmax(q / τ)
+        exploit = jnp.argmax(q / temperature - jnp.log(-jnp.log(u[..., 3:])), axis=-1)
     else:
         exploit = jnp.argmax(q, axis=-1)
-    explore = jax.random.uniform(k_eps, q.shape[:-1]) < epsilon
+    explore = u[..., 0] < epsilon
     action = jnp.where(explore, uniform, exploit)
     if hold is not None and max_hold > 1:
         holding = hold.left > 0
-        length = jax.random.randint(jax.random.fold_in(k_uni, 1), q.shape[:-1], 1, max_hold + 1)  # incl. this step
+        length = 1 + jnp.minimum((u[..., 2] * max_hold).astype(jnp.int32), max_hold - 1)  # incl. this step
         action = jnp.where(holding, hold.action, action)
         hold = Hold(action=jnp.where(holding | explore, action, 0),
                     left=jnp.where(holding, hold.left - 1, jnp.where(explore, length - 1, 0)))

@@ -58,11 +58,35 @@ class TrainResult:
                 f"final return mean {np.nanmean(fr):.1f}, min {np.nanmin(fr):.1f}, max {np.nanmax(fr):.1f}")
 
 
+class _MetricPack:
+    """An iteration's metrics (name -> [num_seeds] array) as one array per dtype, [num_seeds,
+    metrics]: a scan then writes one row per dtype per iteration into its stacked output
+    instead of one per metric (an agent reports dozens)."""
+
+    def __init__(self, shapes: Mapping[str, Any]):
+        self.groups: dict[str, list[str]] = {}
+        for name in sorted(shapes):
+            self.groups.setdefault(jax.numpy.dtype(shapes[name].dtype).name, []).append(name)
+
+    def pack(self, metrics: Mapping[str, Any]) -> dict:
+        return {dt: jax.numpy.stack([metrics[n] for n in names], -1) for dt, names in self.groups.items()}
+
+    def unpack(self, packed: Mapping[str, Any]) -> dict:
+        return {n: packed[dt][..., i] for dt, names in self.groups.items() for i, n in enumerate(names)}
+
+
 def _scan_steps(vstep: Callable, length: int) -> Callable:
     """`state -> (state, metrics)`: iterations 0 .. length-1 of the batched step `vstep(state, t)`."""
 
     def run(state):
-        return jax.lax.scan(vstep, state, jax.numpy.arange(length, dtype=jax.numpy.int32))
+        pack = _MetricPack(jax.eval_shape(vstep, state, jax.numpy.int32(0))[1])
+
+        def body(s, t):
+            s, metrics = vstep(s, t)
+            return s, pack.pack(metrics)
+
+        state, packed = jax.lax.scan(body, state, jax.numpy.arange(length, dtype=jax.numpy.int32))
+        return state, pack.unpack(packed)
 
     return run
 
@@ -74,12 +98,18 @@ def _masked_chunk(vstep: Callable, max_length: int) -> Callable:
 
     def run(state, start, length):
         probe = jax.eval_shape(vstep, state, jax.numpy.int32(0))[1]
-        zero_metrics = jax.tree.map(lambda s: jax.numpy.zeros(s.shape, s.dtype), probe)
+        pack = _MetricPack(probe)
+        zero_metrics = pack.pack(jax.tree.map(lambda s: jax.numpy.zeros(s.shape, s.dtype), probe))
+
+        def stepped(s, t):
+            s, metrics = vstep(s, t)
+            return s, pack.pack(metrics)
 
         def body(s, i):
-            return jax.lax.cond(i < length, lambda s_: vstep(s_, start + i), lambda s_: (s_, zero_metrics), s)
+            return jax.lax.cond(i < length, lambda s_: stepped(s_, start + i), lambda s_: (s_, zero_metrics), s)
 
-        return jax.lax.scan(body, state, jax.numpy.arange(max_length, dtype=jax.numpy.int32))
+        state, packed = jax.lax.scan(body, state, jax.numpy.arange(max_length, dtype=jax.numpy.int32))
+        return state, pack.unpack(packed)
 
     return run
 

@@ -398,9 +398,9 @@ class RMT(Agent):
         c, prec, hp = self.cfg, self.precision, state.hparams
         boltzmann = c.exploration == "eps_boltzmann"
 
-        def env_step(carry, k):
+        def env_step(carry, keys):
             obs, env_state, window, log_temp, hold = carry
-            k_act, k_env = jax.random.split(k)
+            k_act, k_env = keys
             q = prec.select(state.precision, lambda dt: self.q_values(state.params, obs, dt))
             action, info, hold = exploration.select_action(k_act, q, sched.epsilon, jnp.exp(log_temp), boltzmann,
                                                            hold, c.eps_hold)
@@ -413,7 +413,7 @@ class RMT(Agent):
             return (next_obs, env_state, window, log_temp, hold), (self._emit(window), info)
 
         carry = (state.obs, state.env_state, state.window, state.log_temperature, state.hold)
-        carry, (new, act_info) = jax.lax.scan(env_step, carry, jax.random.split(key, c.rollout_len))
+        carry, (new, act_info) = jax.lax.scan(env_step, carry, jax.random.split(key, (c.rollout_len, 2)))
         new = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), new)  # [T*N, ...]
         return carry, new, act_info
 
@@ -432,7 +432,8 @@ class RMT(Agent):
         update and write-back. Returns the learner tuple and the iteration's statistics."""
         c = self.cfg
         first = (t - self.first_learning_iteration) * self.num_updates + 1  # run-wide number of the first update
-        k_updates, k_share = jax.random.split(key)
+        keys = jax.random.split(key, self.num_updates + 1)
+        k_share = keys[-1]
         share_due = t % c.diagnostics_every == 0
 
         def update(carry, x):
@@ -462,7 +463,7 @@ class RMT(Agent):
                 replay = self.replay.update(replay, info, finite_abs(td))
             return ((params, target_params, opt_state, replay, prec_state, fusion_state), share), stats
 
-        xs = (jax.random.split(k_updates, self.num_updates), jnp.arange(self.num_updates, dtype=jnp.int32))
+        xs = (keys[:-1], jnp.arange(self.num_updates, dtype=jnp.int32))
         (learner, key_share), stats = jax.lax.scan(update, (learner, key_share), xs)
         return learner, {**summarize(stats), "top_td_share": key_share}
 

@@ -246,14 +246,15 @@ def sample(
         share / jnp.maximum(share.sum(), 1e-30),
         counts / jnp.maximum(total_items, 1).astype(jnp.float32),
     )
-    k_tier, k_rank = jax.random.split(key)
-    u = (jnp.arange(batch_size) + jax.random.uniform(k_tier)) / batch_size
+    # one generator call: 32 random bits for the systematic offset and for each draw's rank
+    bits = jax.random.bits(key, (batch_size + 1,), jnp.uint32)
+    u = (jnp.arange(batch_size) + (bits[0] >> 8).astype(jnp.float32) * 2.0**-24) / batch_size
     tier = jnp.searchsorted(jnp.cumsum(share), u, side="right").astype(jnp.int32)
     # float rounding can leave the cumulative share just under 1: stay on a tier with a share
     last_with_share = jnp.max(jnp.where(share > 0, jnp.arange(NUM_TIERS), 0))
     tier = jnp.minimum(tier, last_with_share)
     n = counts[tier]
-    rank = jax.random.randint(k_rank, (batch_size,), 0, jnp.maximum(n, 1))  # the rank-th item of its tier
+    rank = (bits[1:] % jnp.maximum(n, 1).astype(jnp.uint32)).astype(jnp.int32)  # the rank-th item of its tier
     # its block: the first whose running count of the tier exceeds the rank
     running = jnp.cumsum(state.block_count, axis=0)[:, tier].T  # [B, num_blocks]
     block = jnp.minimum((running <= rank[:, None]).sum(1), state.num_blocks - 1)

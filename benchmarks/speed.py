@@ -1,0 +1,131 @@
+"""rmtjax's DQN, RMT and PPO against the project's speed-of-light references (`benchmarks/reference.py`),
+side by side in one process.
+
+    python -m benchmarks.speed [--seeds 1 8] [--steps 500000 200000] [--rows ...] [--name speed]
+
+Settings (the issue's, CartPole-v1): **DQN** — CleanRL's / PureJaxRL's configuration: 10 envs, one
+gradient step of batch 128 per iteration (10 env steps), buffer 10,000, learning from 10,000 env
+steps, lr 2.5e-4, hard target update every 500 env steps (50 gradient steps), ε 1 → 0.05 over
+the first half, 120-84 ReLU MLP, squared loss, no gradient clipping. **RMT** — the same envs,
+replay ratio, batch, buffer, warm-up, lr, target period and ε schedule with every RMT component
+on (tiered replay, ε+Boltzmann exploration, 3-step Double-DQN targets, Huber loss, dueling head,
+128-wide fractal torso with LayerNorm, clipping) and, as a second row, the same with a 64-wide
+fractal torso (about the DQN MLP's arithmetic per sample). **PPO** — rmtjax's CartPole preset
+against the reference PPO at the same settings.
+
+Every program is compiled apart from its run (`jit(...).lower(...).compile()`), the seeds
+vmapped in one program; env-steps/s counts all seeds. `compile s` is a cold compile (the
+persistent cache switched off); `warm compile s` compiles the same program again, from a new
+`make_train`, with the persistent compilation cache on (its first compile fills it): what a
+second identical run costs. Ratios are rmtjax ÷ the reference of its row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+
+import jax
+import numpy as np
+
+import rmtjax
+from benchmarks import reference
+from benchmarks.common import compile_and_time, write_table
+
+DQN_SETTINGS = {"env.num_envs": 10, "agent.rollout_len": 1, "agent.updates_per_step": 0.1, "agent.batch_size": 128,
+                "agent.buffer_size": 10_000, "agent.learning_starts": 10_000, "agent.lr": 2.5e-4,
+                "agent.target_update_every": 50, "agent.eps_end": 0.05, "agent.eps_decay_frac": 0.5}
+ROWS = {
+    "dqn": ("dqn", {**DQN_SETTINGS, "agent.hidden": [120, 84], "agent.max_grad_norm": 0.0}),
+    "rmt": ("rmt", DQN_SETTINGS),
+    "rmt-64": ("rmt", {**DQN_SETTINGS, "agent.hidden": [64, 64]}),
+    "ppo": ("ppo", {}),
+}
+
+
+def config(row: str, steps: int, seeds: int) -> rmtjax.Config:
+    algo, sets = ROWS[row]
+    return rmtjax.make_config(algo, "CartPole-v1", {**sets, "train.total_steps": steps, "train.num_seeds": seeds,
+                                                    "train.progress": False})
+
+
+def reference_fn(row: str, steps: int, seeds: int):
+    if row == "ppo":
+        fn = reference.make_ppo(reference.PPOSettings(total_steps=steps))
+    else:
+        fn = reference.make_dqn(reference.DQNSettings(total_steps=steps))
+    return fn if seeds == 1 else (lambda k: jax.vmap(fn)(jax.random.split(k, seeds)))
+
+
+def _set_cache(path: str | None):
+    from jax.experimental.compilation_cache import compilation_cache
+
+    jax.config.update("jax_compilation_cache_dir", path)
+    compilation_cache.reset_cache()
+
+
+def time_rmtjax(row: str, steps: int, seeds: int, cache_dir: str) -> dict:
+    cfg = config(row, steps, seeds)
+    key = jax.random.key(0)
+    _set_cache(None)
+    c, r, (_, metrics) = compile_and_time(rmtjax.make_train(cfg), key)
+    ret = np.asarray(metrics["episode_return"])[:, -1]
+    _set_cache(cache_dir)  # fill the cache, then compile a new make_train of the same config from it
+    jax.jit(rmtjax.make_train(cfg)).lower(key).compile()
+    t0 = time.perf_counter()
+    jax.jit(rmtjax.make_train(cfg)).lower(key).compile()
+    warm = time.perf_counter() - t0
+    _set_cache(None)
+    done = int(np.asarray(metrics["env_steps"])[0, -1])
+    return {"compile": c, "warm": warm, "sps": done * seeds / r, "return": ret}
+
+
+def time_reference(row: str, steps: int, seeds: int) -> dict:
+    c, r, (_, metrics) = compile_and_time(reference_fn(row, steps, seeds), jax.random.key(0))
+    env_steps = np.asarray(metrics["env_steps"]).reshape(seeds, -1)
+    ret = np.asarray(metrics["episode_return"]).reshape(seeds, -1)[:, -1]
+    return {"compile": c, "sps": int(env_steps[0, -1]) * seeds / r, "return": ret}
+
+
+def _ret(x) -> str:
+    x = np.asarray(x)
+    return f"{x[0]:.0f}" if x.size == 1 else f"{x.mean():.0f} ({x.min():.0f}–{x.max():.0f})"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--steps", type=int, nargs="+", default=[500_000, 200_000],
+                    help="env steps per seed, one per --seeds entry")
+    ap.add_argument("--rows", nargs="+", default=list(ROWS), choices=list(ROWS))
+    ap.add_argument("--name", default="speed")
+    args = ap.parse_args(argv)
+    if len(args.steps) != len(args.seeds):
+        ap.error("give one --steps value per --seeds value")
+    from rmtjax import cache
+
+    cache.enable(disable=True)  # this script switches the persistent cache on and off itself
+    header = ["trainer", "seeds × steps", "compile s", "warm compile s", "env-steps/s", "÷ reference", "final return"]
+    rows = []
+    with tempfile.TemporaryDirectory() as cache_dir:
+        for seeds, steps in zip(args.seeds, args.steps):
+            refs = {}
+            for row in args.rows:
+                family = "ppo" if row == "ppo" else "dqn"
+                if family not in refs:
+                    refs[family] = ref = time_reference(family, steps, seeds)
+                    rows.append([f"reference {family}", f"{seeds} × {steps:,}", f"{ref['compile']:.1f}", "—",
+                                 f"{ref['sps']:,.0f}", "1", _ret(ref["return"])])
+                    print(" | ".join(rows[-1]), flush=True)
+                ours = time_rmtjax(row, steps, seeds, cache_dir)
+                rows.append([f"rmtjax {row}", f"{seeds} × {steps:,}", f"{ours['compile']:.1f}", f"{ours['warm']:.1f}",
+                             f"{ours['sps']:,.0f}", f"**{ours['sps'] / refs[family]['sps']:.2f}×**",
+                             _ret(ours["return"])])
+                print(" | ".join(rows[-1]), flush=True)
+                write_table(args.name, "rmtjax against the speed-of-light references (CartPole-v1)", header, rows,
+                            notes=__doc__.split("\n\n", 2)[2])
+
+
+if __name__ == "__main__":
+    main()

@@ -51,8 +51,9 @@ class PrecisionConfig(Section):
     loss_scale_growth_interval: int = param(2000, lo=1, doc="fp16: finite updates in a row before the scale doubles")
     loss_scale_min: float = param(1.0, lo=0.0, lo_open=True, doc="fp16: the scale never halves below this")
     loss_scale_max: float = param(2.0**24, lo=0.0, lo_open=True, doc="fp16: the scale never doubles above this")
-    escalate_after_consecutive: int = param(10, lo=0, doc="bf16/fp16: switch to fp32 after this many non-finite "
-                                                          "updates in a row; 0 never")
+    escalate_after_consecutive: int = param(0, lo=0, doc="bf16/fp16: switch to fp32 after this many non-finite "
+                                                         "updates in a row; 0 never (the default: under vmap over "
+                                                         "seeds escalation computes both precisions every update)")
     escalate_after_total: int = param(0, lo=0, doc="bf16/fp16: switch to fp32 after this many non-finite updates "
                                                    "in all (counted since low precision was last entered); 0 never")
     escalate_cooldown: int = param(0, lo=0, doc="guarded updates run in fp32 after an escalation before low "

@@ -197,7 +197,7 @@ def test_bf16_computes_in_bfloat16_with_float32_parameters(algo, env):
     # with escalation on, the fp32 path is traced too; with fp32 only it is
     both = build_agent(cfg.override({"precision.escalate_after_consecutive": 10}))
     assert dot_dtypes(jax.make_jaxpr(both.step)(both.init(jax.random.key(0)), 0).jaxpr) == {"bfloat16", "float32"}
-    fp32 = build_agent(cfg.override({"precision.compute": "fp32", "precision.escalate_after_consecutive": 10}))
+    fp32 = build_agent(cfg.override({"precision.compute": "fp32", "precision.escalate_after_consecutive": 0}))
     assert dot_dtypes(jax.make_jaxpr(fp32.step)(fp32.init(jax.random.key(0)), 0).jaxpr) == {"float32"}
 
 

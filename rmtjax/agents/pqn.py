@@ -30,7 +30,7 @@ from rmtjax import exploration
 from rmtjax.agents.base import Agent, hparam_metrics
 from rmtjax.config import ConfigError, Section, param
 from rmtjax.envs import VecEnvState, episode_metrics
-from rmtjax.networks import MinAtarCNN, QHead, QNetwork, make_torso
+from rmtjax.networks import QHead, QNetwork, make_torso
 from rmtjax.precision import PrecisionState, summarize
 
 OPTIMIZERS = {"adam": optax.adam, "radam": optax.radam}
@@ -146,10 +146,7 @@ class PQN(Agent):
         c, spec = self.cfg, self.spec
 
         def net(dtype):
-            if c.torso == "cnn":
-                torso = MinAtarCNN(16, c.hidden[0], c.activation, dtype, layer_norm=c.layer_norm)
-            else:
-                torso = make_torso("mlp", c.hidden, c.activation, c.layer_norm, dtype)
+            torso = make_torso(c.torso, c.hidden, c.activation, c.layer_norm, dtype)
             return QNetwork(torso, QHead(spec.num_actions, False, dtype))
 
         # one module per compute dtype (same float32 parameters); `net` is the float32 one

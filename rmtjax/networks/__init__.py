@@ -19,5 +19,5 @@ def make_torso(kind: str, hidden, activation: str, layer_norm: bool, dtype, cnn_
     if kind == "residual":
         return ResidualMLP(hidden[0], len(hidden), activation, layer_norm, dtype)
     if kind == "cnn":
-        return MinAtarCNN(cnn_channels, hidden[0], activation, dtype)
+        return MinAtarCNN(cnn_channels, hidden[0], activation, dtype, layer_norm)
     raise ValueError(f"unknown torso {kind!r}; choose one of {TORSOS}")

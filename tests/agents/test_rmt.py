@@ -180,3 +180,31 @@ def test_uniform_replay_computes_no_td_at_insertion_and_the_top_share_is_periodi
     for start in range(0, 100, 10):
         assert (share[start:start + 10] == share[start]).all()
     assert len(set(share.tolist())) > 1
+
+
+def test_the_loss_is_the_weighted_huber_or_mean_squared_td_error():
+    td, w = jnp.array([0.5, -3.0, 2.0]), jnp.array([1.0, 0.5, 2.0])
+    huber = agent_for(**{"agent.huber_delta": 1.0})
+    expected = (1.0 * 0.125 + 0.5 * (3.0 - 0.5) + 2.0 * (2.0 - 0.5)) / 3
+    np.testing.assert_allclose(float(huber._loss(td, w)), expected, rtol=1e-6)
+    mse = agent_for("dqn")
+    assert mse.cfg.loss == "mse"  # DQN's default: the squared TD error, as CleanRL and PureJaxRL
+    np.testing.assert_allclose(float(mse._loss(td, w)), (0.25 + 0.5 * 9.0 + 2.0 * 4.0) / 3, rtol=1e-6)
+
+
+def test_rmsprop_is_the_minatar_papers_centered_variant():
+    agent = agent_for("dqn", **{"agent.optimizer": "rmsprop", "agent.lr": 0.1, "agent.max_grad_norm": 0.0})
+    state = agent.init(jax.random.key(0))
+    B = 8
+    k = jax.random.split(jax.random.key(1), 4)
+    batch = {"obs": jax.random.normal(k[0], (B, 4)), "action": jax.random.randint(k[1], (B,), 0, 2),
+             "rewards": jax.random.normal(k[2], (B, 3)), "steps": jnp.full((B,), 3, jnp.int32),
+             "boot_obs": jax.random.normal(k[3], (B, 4)), "terminated": jnp.zeros((B,), bool)}
+    out = agent.gradient_step(state.params, state.target_params, state.opt_state, state.precision, None, batch,
+                              jnp.ones(B), jnp.float32(0.99), jnp.float32(0.0))
+    grads = jax.grad(lambda p: agent._loss(agent._td(p, state.target_params, batch, 0.99)[0], jnp.ones(B)))(state.params)
+    # one centered RMSProp step from zero moments: g / (sqrt(0.05 g² - (0.05 g)²) + 0.01)
+    expected = jax.tree.map(lambda p, g: p - 0.1 * g / (jnp.sqrt(0.05 * g**2 - (0.05 * g) ** 2) + 0.01),
+                            state.params, grads)
+    for a, b in zip(jax.tree.leaves(out[0]), jax.tree.leaves(expected)):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)

@@ -1,0 +1,97 @@
+"""The throughput table at GPU scale, in one command, for a machine with a GPU and rmtjax installed.
+
+    python -m benchmarks.gpu            # about 5-8 minutes on one H200; writes results/gpu.md
+    python -m benchmarks.gpu --smoke    # seconds, on any backend (the tests run it on the CPU)
+
+Rows: PPO on CartPole-v1 with 2,048 envs, and DQN, PQN and RMT on Breakout-MinAtar (each from
+its preset, or its defaults where it has none, with the env and seed counts below), each in
+float32 and in bfloat16 (`precision.compute: bf16`: network compute in bf16, parameters and
+losses in float32). Every row is one `make_train` program, seeds vmapped, compiled apart from
+its run (`jit(...).lower(...).compile()`); env-steps/s counts all seeds and envs. Nothing is
+downloaded and nothing outside this repository is needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+
+import rmtjax
+from benchmarks.common import RESULTS, compile_and_time, write_table
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    name: str
+    algo: str
+    env: str
+    seeds: int
+    steps: int  # env steps per seed
+    overrides: dict
+    smoke: dict  # what --smoke puts on top (small envs, few steps)
+
+
+CASES = [
+    Case("PPO, 2,048 envs", "ppo", "CartPole-v1", 1, 20_000_000,
+         {"env.num_envs": 2048, "agent.rollout_len": 64, "agent.num_minibatches": 32},
+         {"env.num_envs": 8, "agent.rollout_len": 16, "agent.num_minibatches": 2}),
+    Case("DQN (MinAtar paper), 8 seeds × 16 envs", "dqn", "Breakout-MinAtar", 8, 500_000,
+         {"env.num_envs": 16, "agent.updates_per_step": 1 / 16, "agent.batch_size": 256},
+         {"env.num_envs": 2, "agent.updates_per_step": 0.5, "agent.batch_size": 8, "agent.buffer_size": 256,
+          "agent.learning_starts": 32}),
+    Case("PQN (purejaxql), 4 seeds × 128 envs", "pqn", "Breakout-MinAtar", 4, 2_000_000, {},
+         {"env.num_envs": 4, "agent.rollout_len": 4, "agent.num_minibatches": 2}),
+    Case("RMT, 8 seeds × 16 envs", "rmt", "Breakout-MinAtar", 8, 500_000,
+         {"env.num_envs": 16, "agent.updates_per_step": 1 / 16, "agent.batch_size": 256},
+         {"env.num_envs": 2, "agent.updates_per_step": 0.5, "agent.batch_size": 8, "agent.buffer_size": 256,
+          "agent.learning_starts": 32, "agent.hidden": [16, 16]}),
+]
+PRECISIONS = ("fp32", "bf16")
+
+
+def config(case: Case, precision: str, smoke: bool) -> rmtjax.Config:
+    sets = {**case.overrides, "train.total_steps": case.steps, "train.num_seeds": case.seeds,
+            "train.progress": False, "precision.compute": precision}
+    if smoke:
+        sets.update({**case.smoke, "train.total_steps": 256, "train.num_seeds": 1})
+    return rmtjax.make_config(case.algo, case.env, sets)
+
+
+def run_case(case: Case, precision: str, smoke: bool) -> list[str]:
+    cfg = config(case, precision, smoke)
+    c, r, (_, metrics) = compile_and_time(rmtjax.make_train(cfg), jax.random.key(0))
+    done = int(np.asarray(metrics["env_steps"])[0, -1])
+    ret = np.asarray(metrics["episode_return"])[:, -1]
+    seeds = cfg.train.num_seeds
+    return [case.name, precision, f"{seeds} × {done:,}", f"{c:.1f}", f"{r:.1f}", f"{done * seeds / r:,.0f}",
+            f"{np.mean(ret):.1f}"]
+
+
+def main(argv=None) -> Path:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes, any backend: checks that every row runs")
+    ap.add_argument("--name", default=None, help="results/NAME.md (default: gpu, or gpu_smoke with --smoke)")
+    args = ap.parse_args(argv)
+    name = args.name or ("gpu_smoke" if args.smoke else "gpu")
+    if not args.smoke and jax.default_backend() == "cpu":
+        print("warning: no accelerator found; the table will be of the CPU (use --smoke for a quick check)")
+    header = ["run", "precision", "seeds × env steps", "compile s", "run s", "env-steps/s", "final return (mean)"]
+    rows = []
+    t0 = time.perf_counter()
+    for case in CASES:
+        for precision in PRECISIONS:
+            rows.append(run_case(case, precision, args.smoke))
+            print(" | ".join(rows[-1]), flush=True)
+    dev = jax.devices()[0]
+    notes = (f"{__doc__.split(chr(10) + chr(10))[1]}\n\nDevice: {dev.platform} ({dev.device_kind}), "
+             f"{jax.device_count()} device(s); whole script {time.perf_counter() - t0:.0f} s.")
+    return write_table(name, "Throughput at GPU scale" + (" (smoke)" if args.smoke else ""), header, rows, notes)
+
+
+if __name__ == "__main__":
+    main()

@@ -85,11 +85,16 @@ def smooth(values: np.ndarray, share: float = 0.01) -> np.ndarray:
         return np.where(count > 0, total / np.maximum(count, 1), np.nan)
 
 
-def run_agent(algo: str, env: str, steps: int, seeds: int, sets: list[str], seed: int):
+def run_agent(algo: str, env: str, steps: int, seeds: int, sets: list[str], seed: int, preset: bool = True):
+    """Train `algo` on `env` from its preset for the env (or, with `preset=False` or without one,
+    its defaults) with the `KEY=VALUE` overrides `sets`."""
     overrides = dict(parse_override(s) for s in sets)
     overrides.update({"train.total_steps": steps, "train.num_seeds": seeds, "train.progress": False,
                       "train.num_chunks": 10})
-    cfg = rmtjax.make_config(algo, env, overrides)
+    if preset:
+        cfg = rmtjax.make_config(algo, env, overrides)
+    else:
+        cfg = rmtjax.Config.from_dict({"algo": algo, "env": {"id": env}, "train": {}, "agent": {}}).override(overrides)
     return rmtjax.train(cfg, jax.random.key(seed))
 
 
@@ -103,6 +108,7 @@ def main(argv=None):
     ap.add_argument("--threshold", type=float, default=None, help="count the seeds whose final return reaches it")
     ap.add_argument("--set", action="append", default=[], metavar="ALGO:KEY=VALUE",
                     help="an override for one agent, e.g. rmt:agent.lr=3e-4 (or KEY=VALUE for all)")
+    ap.add_argument("--no-presets", action="store_true", help="every agent from its defaults, not its preset")
     ap.add_argument("--name", default=None)
     args = ap.parse_args(argv)
     name = args.name or f"curves_{'_'.join(args.algos)}_{args.env.replace(':', '_')}"
@@ -119,7 +125,7 @@ def main(argv=None):
     rows, curves, diag_rows = [], {}, []
     steps_axis = None
     for algo in args.algos:
-        r = run_agent(algo, args.env, args.steps, args.seeds, per_algo[algo], args.seed)
+        r = run_agent(algo, args.env, args.steps, args.seeds, per_algo[algo], args.seed, preset=not args.no_presets)
         print(r.summary(), flush=True)
         env_steps = r.metrics["env_steps"][0]
         steps_axis, pts = grid_points(r.metrics["episode_return"], env_steps, r.metrics["episode_count"], args.steps)

@@ -27,7 +27,7 @@ SAC = dict(batch_size=256, buffer_size=100_000, learning_starts=1_000, lr=3e-4, 
 SETTINGS_NOTE = (
     "Matched settings. **PPO** (CartPole-v1): 4 envs × 128 steps, 4 epochs × 4 minibatches, lr 2.5e-4, γ 0.99, "
     "GAE λ 0.95, clip 0.2, entropy 0.01, 64-64 tanh actor and critic (rmtjax's preset). **DQN** (CartPole-v1): "
-    "rmtjax's preset — 4 envs, one gradient step (batch 128) per 4 env steps, buffer 50,000, learning from "
+    "RMT's CartPole settings (DQN's preset until this round) — 4 envs, one gradient step (batch 128) per 4 env steps, buffer 50,000, learning from "
     "2,000 steps, lr 5e-4, hard target update every 500 gradient steps (2,000 env steps) — with a 64-64 MLP "
     "(the preset's is 128-128) because rejax 0.1.3 fixes its DQN network at 64-64; rejax DQN and SB3 DQN with the "
     "same numbers (SB3: `train_freq=1` vector step of 4 envs, `gradient_steps=1`). "
@@ -59,6 +59,10 @@ def rmtjax_config(algo: str, steps: int) -> rmtjax.Config:
         return sac_config(_sac_args(steps))
     sets = {"train.total_steps": steps, "train.num_seeds": 1, "train.progress": False}
     if algo == "dqn":
+        # the settings of SETTINGS_NOTE (DQN's preset was these until it became CleanRL's configuration)
+        sets.update({"env.num_envs": 4, "agent.rollout_len": 4, "agent.updates_per_step": 0.25,
+                     "agent.buffer_size": 50_000, "agent.learning_starts": 2_000, "agent.lr": 5e-4,
+                     "agent.target_update_every": 500})
         sets["agent.hidden"] = [64, 64]  # rejax 0.1.3 builds DQN's Q-network 64-64 whatever it is given
     return rmtjax.make_config(algo, THROUGHPUT_ENV[algo], sets)
 

@@ -9,6 +9,11 @@ subprocess (the device count is fixed when JAX starts): each prints one JSON lin
 import json
 import sys
 
+# the settings these checks were written for (DQN's CartPole preset is now CleanRL's, with 10 envs
+# and one update per 10 env steps): 4 envs, so each of 4 devices steps one, and RMT's replay ratio
+DQN_4_ENVS = {"env.num_envs": 4, "agent.rollout_len": 4, "agent.updates_per_step": 0.25, "agent.loss": "huber",
+              "agent.max_grad_norm": 10.0}
+
 
 def equivalence() -> dict:
     """Three fused `mean` steps on 4 devices, each with a quarter of a fixed global minibatch,
@@ -25,6 +30,7 @@ def equivalence() -> dict:
     for algo in ("rmt", "dqn"):
         base = {"train.total_steps": 2000, "train.progress": False, "agent.batch_size": 64, "agent.n_step": 3,
                 "agent.buffer_size": 2048, "agent.hidden": [32, 32], "precision.clip_decay_to": 0.5}
+        base = {**(DQN_4_ENVS if algo == "dqn" else {}), **base}
         one = build_agent(rmtjax.make_config(algo, "CartPole-v1", base))
         four = build_agent(rmtjax.make_config(algo, "CartPole-v1", {**base, "distributed.devices": 4}))
         state = one.init(jax.random.key(1))
@@ -60,7 +66,7 @@ def equivalence() -> dict:
                      "grad_norm_one": float(ref[2]), "grad_norm_four": float(fused[2])}
 
     # a short whole run through make_train: the state comes back stacked over the devices
-    cfg = rmtjax.make_config("dqn", "CartPole-v1", {
+    cfg = rmtjax.make_config("dqn", "CartPole-v1", {**DQN_4_ENVS,
         "train.total_steps": 1024, "train.num_seeds": 2, "agent.learning_starts": 256, "agent.hidden": [16, 16],
         "distributed.devices": 4, "distributed.fusion": "int8"})
     state, metrics = jax.jit(rmtjax.make_train(cfg))(jax.random.key(0))
@@ -84,7 +90,7 @@ def learn(fusion: str, steps: int) -> dict:
     small = {"agent.hidden": [64, 64], "agent.lr": 1e-3, "agent.target_update_every": 100,
              "agent.learning_starts": 500, "agent.batch_size": 64, "agent.buffer_size": 10_000,
              "agent.eps_decay_frac": 0.3}
-    cfg = rmtjax.make_config("dqn", "CartPole-v1", {
+    cfg = rmtjax.make_config("dqn", "CartPole-v1", {**DQN_4_ENVS,
         "train.total_steps": steps, "train.num_seeds": 2, "train.progress": False, "train.num_chunks": 1,
         "distributed.devices": 4, "distributed.fusion": fusion, **small})
     r = rmtjax.train(cfg, jax.random.key(0))
@@ -101,7 +107,7 @@ def multihost(port: int, process_id: int) -> dict:
     settings = {"devices": 4, "fusion": "topk", "coordinator_address": f"127.0.0.1:{port}", "num_processes": 2,
                 "process_id": process_id}
     distributed.initialize(distributed.DistributedConfig(**settings))  # before anything else touches JAX
-    cfg = rmtjax.make_config("dqn", "CartPole-v1", {
+    cfg = rmtjax.make_config("dqn", "CartPole-v1", {**DQN_4_ENVS,
         "train.total_steps": 2048, "train.progress": False, "train.num_chunks": 2, "agent.learning_starts": 256,
         "agent.hidden": [32, 32], **{f"distributed.{k}": v for k, v in settings.items()}})
     import jax

@@ -176,7 +176,8 @@ def test_uniform_replay_computes_no_td_at_insertion_and_the_top_share_is_periodi
     assert not agent.replay.needs_td
     result = rmtjax.train(cfg, jax.random.key(0))
     assert "td_new_abs" not in result.metrics  # no TD error was computed for new transitions
-    share = result.metrics["top_td_share"][0]  # 100 iterations, recomputed at 0, 10, ..., 90
+    share = result.metrics["top_td_share"][0]  # 160 iterations (10 envs), recomputed at 0, 10, 20, ...
+    assert len(share) == 160
     for start in range(0, 100, 10):
         assert (share[start:start + 10] == share[start]).all()
     assert len(set(share.tolist())) > 1

@@ -1,0 +1,18 @@
+"""`benchmarks/gpu.py --smoke`: every row of the GPU table runs (tiny sizes, on the CPU here)."""
+
+import numpy as np
+
+import benchmarks.common
+from benchmarks import gpu
+
+
+def test_the_gpu_benchmark_runs_every_row_in_smoke_mode(tmp_path, monkeypatch):
+    monkeypatch.setattr(benchmarks.common, "RESULTS", tmp_path)
+    path = gpu.main(["--smoke"])
+    rows = [line for line in path.read_text().splitlines() if line.startswith("| ") and "precision" not in line]
+    assert len(rows) == len(gpu.CASES) + 1  # every case in fp32, the first in bf16 too
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[1] in gpu.PRECISIONS
+        assert float(cells[5].replace(",", "")) > 0  # env-steps/s
+        assert np.isfinite(float(cells[6]))  # final return

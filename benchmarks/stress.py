@@ -63,19 +63,19 @@ def main(argv=None):
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--name", default="stress")
     args = ap.parse_args(argv)
-    rows = []
+    import jax
+
+    rows, hung, failed = [], 0, 0
     for i in range(args.runs):
         algo, env, steps = RUNS[i % len(RUNS)]
         outcome, seconds = run_one(algo, env, steps)
         rows.append([i + 1, algo, env, f"{steps:,}", outcome, f"{seconds:.0f}"])
-        print(" | ".join(str(c) for c in rows[-1]), flush=True)
-    hung = sum("HUNG" in r[4] for r in rows)
-    failed = sum(r[4].startswith("failed") for r in rows)
-    import jax
-
-    write_table(args.name, f"{args.runs} back-to-back trainings: {hung} hung, {failed} failed",
-                ["run", "agent", "env", "env steps per seed", "outcome", "seconds"], rows,
-                notes=f"jax {jax.__version__}. " + __doc__.split("\n\n")[1].replace("\n", " "))
+        hung = sum("HUNG" in r[4] for r in rows)
+        failed = sum(r[4].startswith("failed") for r in rows)
+        # rewritten after every run, so an interrupted stress still leaves its table
+        write_table(args.name, f"{len(rows)} of {args.runs} back-to-back trainings: {hung} hung, {failed} failed",
+                    ["run", "agent", "env", "env steps per seed", "outcome", "seconds"], rows,
+                    notes=f"jax {jax.__version__}. " + __doc__.split("\n\n")[1].replace("\n", " "))
     return 1 if hung or failed else 0
 
 

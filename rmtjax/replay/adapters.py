@@ -44,12 +44,13 @@ class TieredReplay:
                 "cold_share": (info.tier == tiered.COLD).mean()}
 
     def key_share(self, state, info, key):
-        pool = jax.random.randint(key, (_POOL,), 0, jnp.maximum(state.size, 1))  # the ring's items, uniformly
-        return top_share(state.abs_td_error[pool], info.abs_td_error)
+        counts = tiered.tier_sizes(state).astype(jnp.float32)
+        _, pool = tiered.sample(state, key, _POOL, counts / jnp.maximum(counts.sum(), 1.0), 0.0)
+        return top_share(pool.abs_td_error, info.abs_td_error)
 
     def buffer_stats(self, state):
         counts = tiered.tier_sizes(state)
-        return {"replay_size": state.size, "hot_size": counts[0], "warm_size": counts[1], "cold_size": counts[2],
+        return {"replay_size": counts.sum(), "hot_size": counts[0], "warm_size": counts[1], "cold_size": counts[2],
                 "hot_threshold": state.thresholds[0], "warm_threshold": state.thresholds[1]}
 
 

@@ -92,7 +92,7 @@ class RMTConfig(Section):
     # replay
     replay: str = param("tiered", choices=("tiered", "uniform", "prioritized"))
     tier_fractions: tuple[float, ...] = param((0.01, 0.1, 0.89), lo=0.0, hi=1.0,
-                                              doc="hot/warm/cold shares of the items: the tier thresholds track "
+                                              doc="hot/warm/cold shares of the capacity: the tier thresholds track "
                                                   "the matching quantiles of |TD error|")
     tier_proportions: tuple[float, ...] = param((0.25, 0.35, 0.4), lo=0.0, hi=1.0, doc="hot/warm/cold sampling shares")
     priority_alpha: float = param(0.6, lo=0.0, hi=1.0, doc="prioritized replay exponent")

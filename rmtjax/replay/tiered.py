@@ -54,7 +54,6 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from rmtjax.replay.stats import top_share_of
 from rmtjax.replay.util import last_occurrence
 
 HOT, WARM, COLD = 0, 1, 2
@@ -408,11 +407,3 @@ def tier_sizes(state: TieredState) -> jax.Array:
 def live(state: TieredState) -> jax.Array:
     """[capacity] bool, which rows hold a live item."""
     return state.uid >= 0
-
-
-def top_share(state: TieredState, info: SampleInfo, q: float | jax.Array = 0.9) -> jax.Array:
-    """Fraction of a sampled batch whose |TD| (when drawn) is in the top `1 - q` of the buffer's.
-
-    Pass the state the batch was drawn from. O(capacity log capacity): once per iteration.
-    """
-    return top_share_of(state.abs_td_error, live(state), info.abs_td_error, info.valid, q)

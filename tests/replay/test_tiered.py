@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rmtjax.replay import tiered
+from rmtjax.replay import tiered, top_share
 
 EXAMPLE = {"obs": jnp.zeros((2,), jnp.uint8), "tag": jnp.float32(0)}
 CAPACITY, FRACTIONS = 20, (0.1, 0.3, 0.6)  # tiers of 2, 6 and 12 rows: they overflow quickly
@@ -357,8 +357,9 @@ def test_top_share_counts_draws_from_the_buffer_top_decile():
     assert int(state.count.sum()) == 20
     _, info = _sample(state, jax.random.key(3), 1000, np.array([0.5, 0.3, 0.2], np.float32), 1.0)
     assert set(np.asarray(info.abs_td_error)[np.asarray(info.tier) == 0]) == {19.0, 20.0}
-    assert float(tiered.top_share(state, info)) == 0.5  # the 500 draws from hot
-    assert float(tiered.top_share(state, info, q=0.0)) == 1.0
+    # the agents' diagnostic (`rmtjax.replay.top_share`) with every live item as its pool
+    pool = np.asarray(state.abs_td_error)[np.asarray(tiered.live(state))]
+    assert float(top_share(pool, info.abs_td_error)) == 0.5  # the 500 draws from hot
 
 
 def test_vmapped_over_seeds_matches_one_seed_at_a_time():

@@ -1,8 +1,30 @@
-"""rmtjax: reinforcement learning where the whole training run is one compiled JAX program."""
+"""rmtjax: reinforcement learning where the whole training run is one compiled JAX program.
 
-from rmtjax.config import Config, ConfigError, load_config, make_config
-from rmtjax.train import EvalResult, TrainResult, evaluate, load_run, make_train, train
+The public names below are loaded on first use (PEP 562), so importing a layer such as
+`rmtjax.replay` or `rmtjax.schema` does not load the driver.
+"""
 
-__all__ = ["Config", "ConfigError", "EvalResult", "TrainResult", "evaluate", "load_config", "load_run", "make_config",
-           "make_train", "train"]
+from __future__ import annotations
+
+import importlib
+
 __version__ = "0.1.0"
+
+_PUBLIC = {
+    "Config": "rmtjax.config", "ConfigError": "rmtjax.schema", "load_config": "rmtjax.config",
+    "make_config": "rmtjax.config", "EvalResult": "rmtjax.train", "TrainResult": "rmtjax.train",
+    "evaluate": "rmtjax.train", "load_run": "rmtjax.train", "make_train": "rmtjax.train", "train": "rmtjax.train",
+}
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str):
+    if name in _PUBLIC:
+        value = getattr(importlib.import_module(_PUBLIC[name]), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
+    raise AttributeError(f"module 'rmtjax' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted({*globals(), *_PUBLIC})

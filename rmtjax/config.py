@@ -13,136 +13,15 @@ the config is built. Nothing is clamped or dropped silently.
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import math
-import typing
 from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
 
-
-class ConfigError(ValueError):
-    """A configuration value or key a user can fix; the message says how."""
-
-
-# Integers end up in int32 arrays and loop counts inside the compiled program.
-INT_MAX = 2**31 - 1
-
-
-def param(default, *, lo=None, hi=None, lo_open=False, hi_open=False, choices=None, doc=""):
-    """A config field with a default, an optional range [lo, hi] (open ends by flag) and choices."""
-    meta = {"lo": lo, "hi": hi, "lo_open": lo_open, "hi_open": hi_open, "choices": choices, "doc": doc}
-    if isinstance(default, (dict, list)):
-        return dataclasses.field(default_factory=lambda: type(default)(default), metadata=meta)
-    return dataclasses.field(default=default, metadata=meta)
-
-
-def _close(name: str, valid) -> str:
-    matches = difflib.get_close_matches(name, list(valid), n=3, cutoff=0.5)
-    return f" Did you mean: {', '.join(matches)}?" if matches else f" Valid names: {', '.join(sorted(valid))}."
-
-
-def _number(path: str, value: Any, integer: bool) -> int | float:
-    """A finite number from a number or a numeric string; an integer only where the value is whole."""
-    what = "an integer" if integer else "a number"
-    if isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            raise ConfigError(f"{path}: expected {what}, got {value!r}") from None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{path}: expected {what}, got {value!r}")
-    if not math.isfinite(value):
-        raise ConfigError(f"{path}: expected a finite number, got {value!r}")
-    if not integer:
-        return float(value)
-    if isinstance(value, float) and not value.is_integer():
-        raise ConfigError(f"{path}: expected an integer, got {value!r}")
-    return int(value)
-
-
-def _coerce(path: str, value: Any, typ: Any) -> Any:
-    """Check `value` against the annotation `typ`, converting only where no information is lost."""
-    origin = typing.get_origin(typ)
-    if typ is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-            return value.strip().lower() == "true"
-        raise ConfigError(f"{path}: expected true or false, got {value!r}")
-    if typ is int or typ is float:
-        return _number(path, value, integer=typ is int)
-    if typ is str:
-        if isinstance(value, str):
-            return value
-        raise ConfigError(f"{path}: expected a string, got {value!r}")
-    if origin is tuple:
-        (elem, *_rest) = typing.get_args(typ)
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{path}: expected a list, got {value!r}")
-        return tuple(_coerce(f"{path}[{i}]", v, elem) for i, v in enumerate(value))
-    if origin is dict or typ is dict:
-        if not isinstance(value, Mapping):
-            raise ConfigError(f"{path}: expected a mapping, got {value!r}")
-        return dict(value)
-    raise TypeError(f"unsupported config annotation {typ!r} at {path}")  # a bug in rmtjax, not user input
-
-
-class Section:
-    """Base of every config section: type and range checks at construction."""
-
-    def __post_init__(self):
-        hints = typing.get_type_hints(type(self))
-        for f in dataclasses.fields(self):
-            path = f"{self.section_name()}.{f.name}"
-            value = _coerce(path, getattr(self, f.name), hints[f.name])
-            object.__setattr__(self, f.name, value)
-            m = f.metadata
-            if m.get("choices") is not None and value not in m["choices"]:
-                raise ConfigError(f"{path}: {value!r} is not one of {list(m['choices'])}")
-            items = value if isinstance(value, tuple) else (value,)
-            for v in items:
-                if not isinstance(v, (int, float)) or isinstance(v, bool):
-                    continue
-                lo, hi = m.get("lo"), m.get("hi")
-                if hi is None and isinstance(v, int):
-                    hi = INT_MAX
-                bad_lo = lo is not None and (v <= lo if m.get("lo_open") else v < lo)
-                bad_hi = hi is not None and (v >= hi if m.get("hi_open") else v > hi)
-                if bad_lo or bad_hi:
-                    left = "(" if m.get("lo_open") else "["
-                    right = ")" if m.get("hi_open") else "]"
-                    rng = f"{left}{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}{right}"
-                    raise ConfigError(f"{path}: {value!r} is out of range; allowed {rng}")
-        self.validate()
-
-    def validate(self) -> None:
-        """Cross-field checks of one section; override where needed."""
-
-    @classmethod
-    def section_name(cls) -> str:
-        return getattr(cls, "_section", cls.__name__)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], path: str | None = None):
-        path = path or cls.section_name()
-        if data is None:
-            data = {}
-        if not isinstance(data, Mapping):
-            raise ConfigError(f"{path}: expected a mapping of settings, got {data!r}")
-        names = {f.name for f in dataclasses.fields(cls)}
-        for key in data:
-            if key not in names:
-                raise ConfigError(f"unknown key {path}.{key}.{_close(str(key), names)}")
-        return cls(**dict(data))
-
-    def to_dict(self) -> dict:
-        out = {}
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
-            out[f.name] = list(v) if isinstance(v, tuple) else (dict(v) if isinstance(v, dict) else v)
-        return out
+from rmtjax.distributed import DistributedConfig, check_distributed
+from rmtjax.meta.config import CurriculumConfig, MetaConfig, check_meta
+from rmtjax.precision import PrecisionConfig
+from rmtjax.schema import INT_MAX, ConfigError, Section, close_matches, param  # noqa: F401 (re-exported)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,8 +83,6 @@ RUN_INDEPENDENT_FIELDS = frozenset({"train.progress", "train.checkpoint_every", 
                                     "train.tensorboard"})
 
 
-from rmtjax.meta.config import CurriculumConfig, MetaConfig, check_meta  # noqa: E402 (needs Section above)
-
 
 @dataclasses.dataclass(frozen=True)
 class Config:
@@ -215,10 +92,10 @@ class Config:
     env: EnvConfig
     train: TrainConfig
     agent: Section
-    precision: Section = dataclasses.field(default_factory=lambda: _precision_config_class()())
+    precision: PrecisionConfig = dataclasses.field(default_factory=PrecisionConfig)
     meta: MetaConfig = dataclasses.field(default_factory=MetaConfig)
     curriculum: CurriculumConfig = dataclasses.field(default_factory=CurriculumConfig)
-    distributed: Section = dataclasses.field(default_factory=lambda: _distributed_config_class()())
+    distributed: DistributedConfig = dataclasses.field(default_factory=DistributedConfig)
 
     def __post_init__(self):
         from rmtjax.agents import agent_config_class
@@ -226,16 +103,15 @@ class Config:
         cls = agent_config_class(self.algo)
         if not isinstance(self.agent, cls):
             raise ConfigError(f"agent: expected a {cls.__name__} for algo {self.algo!r}, got {type(self.agent).__name__}")
-        if not isinstance(self.precision, _precision_config_class()):
+        if not isinstance(self.precision, PrecisionConfig):
             raise ConfigError(f"precision: expected a PrecisionConfig, got {type(self.precision).__name__}")
-        if not isinstance(self.distributed, _distributed_config_class()):
+        if not isinstance(self.distributed, DistributedConfig):
             raise ConfigError(f"distributed: expected a DistributedConfig, got {type(self.distributed).__name__}")
         check = getattr(self.agent, "validate_with", None)
         if check is not None:
             check(self.env, self.train)
-        check_meta(self)
-        from rmtjax.distributed import check_distributed
-
+        # the curriculum's env parameters, converted to the env's kinds (a new, checked section)
+        object.__setattr__(self, "curriculum", check_meta(self))
         check_distributed(self)
 
     # -- construction -------------------------------------------------------------------
@@ -248,7 +124,7 @@ class Config:
         top = {"algo", "env", "train", "agent", "precision", "meta", "curriculum", "distributed"}
         for key in data:
             if key not in top:
-                raise ConfigError(f"unknown key {key}.{_close(str(key), top)}")
+                raise ConfigError(f"unknown key {key}.{close_matches(str(key), top)}")
         algo = data.get("algo")
         if not isinstance(algo, str):
             raise ConfigError("algo: missing or not a string; give the algorithm name, e.g. algo: ppo")
@@ -258,10 +134,10 @@ class Config:
             env=EnvConfig.from_dict(data.get("env")),
             train=TrainConfig.from_dict(data.get("train")),
             agent=agent_cls.from_dict(data.get("agent"), path="agent"),
-            precision=_precision_config_class().from_dict(data.get("precision")),
+            precision=PrecisionConfig.from_dict(data.get("precision")),
             meta=MetaConfig.from_dict(data.get("meta")),
             curriculum=CurriculumConfig.from_dict(data.get("curriculum")),
-            distributed=_distributed_config_class().from_dict(data.get("distributed")),
+            distributed=DistributedConfig.from_dict(data.get("distributed")),
         )
 
     def to_dict(self) -> dict:
@@ -288,20 +164,6 @@ class Config:
         return Config.from_dict(data)
 
 
-def _precision_config_class():
-    # imported on use: rmtjax.precision builds its section from this module
-    from rmtjax.precision import PrecisionConfig
-
-    return PrecisionConfig
-
-
-def _distributed_config_class():
-    # imported on use, like the precision section
-    from rmtjax.distributed import DistributedConfig
-
-    return DistributedConfig
-
-
 def _flatten(data: Mapping, prefix: str = "") -> dict:
     out = {}
     for k, v in data.items():
@@ -320,15 +182,15 @@ def _set_dotted(data: dict, dotted: str, value: Any) -> None:
     sections = ("env", "train", "agent", "precision", "meta", "curriculum", "distributed")
     if parts[0] not in sections or len(parts) < 2:
         raise ConfigError(f"unknown key {dotted}: a key is section.field with section one of "
-                          f"{', '.join(sections)}.{_close(parts[0], sections) if parts[0] not in sections else ''}")
+                          f"{', '.join(sections)}.{close_matches(parts[0], sections) if parts[0] not in sections else ''}")
     node = data[parts[0]]
     for i, part in enumerate(parts[1:-1], start=1):
         if part not in node or not isinstance(node[part], dict):
-            raise ConfigError(f"unknown key {'.'.join(parts[: i + 1])}.{_close(part, node)}")
+            raise ConfigError(f"unknown key {'.'.join(parts[: i + 1])}.{close_matches(part, node)}")
         node = node[part]
     leaf = parts[-1]
     if leaf not in node and not _is_free_mapping(parts):
-        raise ConfigError(f"unknown key {dotted}.{_close(leaf, node)}")
+        raise ConfigError(f"unknown key {dotted}.{close_matches(leaf, node)}")
     node[leaf] = value
 
 

@@ -52,7 +52,7 @@ from flax import struct
 from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from rmtjax.config import ConfigError, Section, param
+from rmtjax.schema import ConfigError, Section, param
 
 AXIS = "data"
 FUSIONS = ("mean", "topk", "int8", "bf16")

@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from rmtjax.config import ConfigError, Section, param
+from rmtjax.schema import ConfigError, Section, param
 
 LOW_DTYPES = {"bf16": jnp.bfloat16, "fp16": jnp.float16}
 BITS = {"fp32": 32, "bf16": 16, "fp16": 16}

@@ -347,6 +347,6 @@ def _check_tensorboard(config: Config) -> None:
 
 
 def _version() -> str:
-    import rmtjax
+    from rmtjax import __version__
 
-    return rmtjax.__version__
+    return __version__

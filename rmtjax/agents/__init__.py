@@ -21,10 +21,10 @@ def available_algos() -> list[str]:
 
 
 def agent_class(algo: str):
-    from rmtjax.config import ConfigError, _close
+    from rmtjax.schema import ConfigError, close_matches
 
     if algo not in _REGISTRY:
-        raise ConfigError(f"algo: unknown algorithm {algo!r}.{_close(algo, _REGISTRY)}")
+        raise ConfigError(f"algo: unknown algorithm {algo!r}.{close_matches(algo, _REGISTRY)}")
     module, name = _REGISTRY[algo].split(":")
     return getattr(importlib.import_module(module), name)
 

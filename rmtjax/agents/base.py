@@ -8,7 +8,7 @@ from typing import Mapping
 import jax
 import jax.numpy as jnp
 
-from rmtjax.config import ConfigError
+from rmtjax.schema import ConfigError
 from rmtjax.envs import make_env
 from rmtjax.precision import Precision
 

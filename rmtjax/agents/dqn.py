@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 
 from rmtjax.agents.rmt import RMT, RMTConfig
-from rmtjax.config import Section, param
+from rmtjax.schema import Section, param
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,7 +28,7 @@ from flax import struct
 
 from rmtjax import exploration
 from rmtjax.agents.base import Agent, hparam_metrics
-from rmtjax.config import ConfigError, Section, param
+from rmtjax.schema import ConfigError, Section, param
 from rmtjax.envs import VecEnvState, episode_metrics
 from rmtjax.networks import QHead, QNetwork, make_torso
 from rmtjax.precision import PrecisionState, summarize

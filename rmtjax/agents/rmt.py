@@ -45,7 +45,7 @@ from flax import struct
 
 from rmtjax import exploration
 from rmtjax.agents.base import Agent, hparam_metrics
-from rmtjax.config import ConfigError, Section, param
+from rmtjax.schema import ConfigError, Section, param
 from rmtjax.distributed import Fusion, device_index
 from rmtjax.envs import VecEnvState, episode_metrics
 from rmtjax.networks import TORSOS, PerDimQHead, QHead, QNetwork, make_torso

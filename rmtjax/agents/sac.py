@@ -25,7 +25,7 @@ import optax
 from flax import struct
 
 from rmtjax.agents.base import Agent, hparam_metrics
-from rmtjax.config import ConfigError, Section, param
+from rmtjax.schema import ConfigError, Section, param
 from rmtjax.envs import VecEnvState, episode_metrics
 from rmtjax.networks import MLP
 from rmtjax.precision import PrecisionState, ema, summarize

@@ -62,10 +62,10 @@ def _gymnax_ids() -> list[str]:
 
 def _adapter_module(prefix: str, env_id: str):
     """The adapter's module, or a ConfigError saying what to install."""
-    from rmtjax.config import ConfigError, _close
+    from rmtjax.schema import ConfigError, close_matches
 
     if prefix not in _ADAPTERS:
-        raise ConfigError(f"env.id: {env_id!r} has an unknown prefix {prefix!r}.{_close(prefix, _ADAPTERS)} "
+        raise ConfigError(f"env.id: {env_id!r} has an unknown prefix {prefix!r}.{close_matches(prefix, _ADAPTERS)} "
                           f"Prefixes: {', '.join(adapter_prefixes())}; an id without a prefix is a gymnax id.")
     adapter = _ADAPTERS[prefix]
     try:
@@ -78,7 +78,7 @@ def _adapter_module(prefix: str, env_id: str):
 
 def check_env_id(env_id: str) -> None:
     """Raise a `ConfigError` unless `env_id` names an environment that can be built here."""
-    from rmtjax.config import ConfigError, _close
+    from rmtjax.schema import ConfigError, close_matches
 
     prefix, name = split_id(env_id)
     if prefix is None:
@@ -93,14 +93,14 @@ def check_env_id(env_id: str) -> None:
                 hint = f" gymnasium has it: use 'gymnasium:{env_id}'."
         except ImportError:
             pass
-        raise ConfigError(f"env.id: unknown environment {env_id!r}.{hint or _close(env_id, ids)} "
+        raise ConfigError(f"env.id: unknown environment {env_id!r}.{hint or close_matches(env_id, ids)} "
                           f"Available: {', '.join(ids)}; other suites by prefix: "
                           f"{', '.join(p + ':<name>' for p in adapter_prefixes())}")
     module = _adapter_module(prefix, env_id)
     if not module.has(name):
         known = module.names()
         raise ConfigError(f"env.id: {prefix} has no environment {name!r}."
-                          f"{_close(name, known)}")
+                          f"{close_matches(name, known)}")
 
 
 def is_host_env(env_id: str) -> bool:
@@ -150,13 +150,13 @@ def check_env_params(env_id: str, defaults, overrides) -> dict:
     bool, int, float, or a list of them)."""
     import numpy as np
 
-    from rmtjax.config import ConfigError, _close
+    from rmtjax.schema import ConfigError, close_matches
 
     names = {f.name for f in dataclasses.fields(defaults)}
     out = {}
     for k, v in overrides.items():
         if k not in names:
-            raise ConfigError(f"env.params.{k}: {env_id} has no parameter {k!r}.{_close(str(k), names)}")
+            raise ConfigError(f"env.params.{k}: {env_id} has no parameter {k!r}.{close_matches(str(k), names)}")
         default = getattr(defaults, k)
         shape = np.shape(default)
         kind = np.asarray(default).dtype.kind

@@ -107,7 +107,7 @@ def make(name: str, env_cfg):
     """A `VecEnv` over `BraxEnv(name)`."""
     from brax import envs
 
-    from rmtjax.config import ConfigError
+    from rmtjax.schema import ConfigError
     from rmtjax.envs.vec import VecEnv
 
     kwargs = dict(env_cfg.params)

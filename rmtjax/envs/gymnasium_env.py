@@ -199,7 +199,7 @@ def make(name: str, env_cfg):
     """A `VecEnv` over `GymnasiumEnv(name)`; `env.params` are keyword arguments of `gymnasium.make`."""
     import gymnasium as gym
 
-    from rmtjax.config import ConfigError
+    from rmtjax.schema import ConfigError
     from rmtjax.envs.vec import VecEnv
 
     try:

@@ -12,7 +12,7 @@ import dataclasses
 import math
 from typing import Any, Mapping
 
-from rmtjax.config import ConfigError, Section, _close, param
+from rmtjax.schema import ConfigError, Section, close_matches, param
 
 MODES = ("off", "rules", "bandit", "pbt")
 
@@ -123,7 +123,7 @@ class CurriculumConfig(Section):
             unknown = set(stage) - {"threshold", "hparams", "env"}
             if unknown:
                 k = sorted(unknown, key=str)[0]  # YAML keys need not all be strings
-                raise ConfigError(f"unknown key {path}.{k}.{_close(str(k), ('threshold', 'hparams', 'env'))}")
+                raise ConfigError(f"unknown key {path}.{k}.{close_matches(str(k), ('threshold', 'hparams', 'env'))}")
             if "threshold" not in stage:
                 raise ConfigError(f"{path}: missing threshold (the value of curriculum.metric that enters it)")
             threshold = _number(f"{path}.threshold", stage["threshold"])
@@ -171,13 +171,15 @@ def resolve_names(path: str, names, hparam_fields, algo: str) -> dict[str, tuple
         elif name in hparam_fields:
             fields = (name,)
         else:
-            raise ConfigError(f"{path}.{name}: not a hyperparameter of {algo}.{_close(name, (*hparam_fields, *GROUPS))}")
+            raise ConfigError(f"{path}.{name}: not a hyperparameter of {algo}.{close_matches(name, (*hparam_fields, *GROUPS))}")
         out[name] = fields
     return out
 
 
-def check_meta(config) -> None:
-    """Cross-checks of `config.meta` and `config.curriculum` against the agent and env."""
+def check_meta(config) -> CurriculumConfig:
+    """Cross-checks of `config.meta` and `config.curriculum` against the agent and env. Returns
+    the curriculum with its stages' env parameters converted to the env's kinds (a new
+    section; the one passed in is not changed)."""
     from rmtjax.agents import agent_class
 
     meta, cur, algo = config.meta, config.curriculum, config.algo
@@ -201,6 +203,7 @@ def check_meta(config) -> None:
     if meta.mode == "pbt" and config.train.num_seeds < 2:
         raise ConfigError(f"meta.mode: pbt trains a population across the seeds of one run and needs "
                           f"train.num_seeds ≥ 2 (it is {config.train.num_seeds})")
+    stages = []
     for i, stage in enumerate(cur.stages):
         path = f"curriculum.stages[{i}]"
         _check_values(config, settings, f"{path}.hparams", stage["hparams"], fields, bounds if meta.active else {})
@@ -217,8 +220,9 @@ def check_meta(config) -> None:
                 checked = check_env_params(config.env.id, gymnax.make(config.env.id)[1], stage["env"])
             except ConfigError as e:
                 raise ConfigError(str(e).replace("env.params.", f"{path}.env.", 1)) from None
-            stage["env"].clear()
-            stage["env"].update(checked)
+            stage = {**stage, "env": checked}
+        stages.append(stage)
+    return dataclasses.replace(cur, stages=tuple(stages)) if cur.stages else cur
 
 
 def _check_values(config, settings, path, values: Mapping[str, float], fields, bounds) -> None:

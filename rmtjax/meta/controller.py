@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from rmtjax.config import ConfigError
+from rmtjax.schema import ConfigError
 from rmtjax.meta import core
 
 

@@ -7,7 +7,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from rmtjax.replay import _POOL, prioritized, tiered, top_share, write_td
+from rmtjax.replay import prioritized, tiered
+from rmtjax.replay.util import POOL, top_share, write_td
 
 
 @struct.dataclass
@@ -45,7 +46,7 @@ class TieredReplay:
 
     def key_share(self, state, info, key):
         counts = tiered.tier_sizes(state).astype(jnp.float32)
-        _, pool = tiered.sample(state, key, _POOL, counts / jnp.maximum(counts.sum(), 1.0), 0.0)
+        _, pool = tiered.sample(state, key, POOL, counts / jnp.maximum(counts.sum(), 1.0), 0.0)
         return top_share(pool.abs_td_error, info.abs_td_error)
 
     def buffer_stats(self, state):
@@ -81,7 +82,7 @@ class PrioritizedReplay:
         return {}
 
     def key_share(self, state, info, key):
-        pool = jax.random.randint(key, (_POOL,), 0, jnp.maximum(state.size, 1))
+        pool = jax.random.randint(key, (POOL,), 0, jnp.maximum(state.size, 1))
         return top_share(state.data["td"][pool], info.td)
 
     def buffer_stats(self, state):

@@ -35,7 +35,7 @@ from rmtjax.agents import build_agent
 from rmtjax.config import _preset_path, parse_override
 from rmtjax.envs import make_env
 from rmtjax.meta import controller as meta_controller
-from rmtjax.train import _masked_chunk, _scan_steps
+from rmtjax.driver import _masked_chunk, _scan_steps
 
 from benchmarks.common import write_table
 from benchmarks.stats import iqm_ci

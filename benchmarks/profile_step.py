@@ -57,7 +57,7 @@ def profile(cfg: rmtjax.Config, iters: int = 500, reps: int = 3, seed: int = 0) 
     """{phase: µs per iteration} and the facts of the run (see the module docstring)."""
     from rmtjax.agents import build_agent
     from rmtjax.meta import controller
-    from rmtjax.train import _masked_chunk
+    from rmtjax.driver import _masked_chunk
 
     agent = build_agent(cfg)
     if not hasattr(agent, "_learn"):

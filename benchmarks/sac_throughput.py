@@ -101,7 +101,7 @@ def rmtjax_config(args):
 
 
 def time_rmtjax_train(args):
-    """The driver (`rmtjax.train`): chunked scan, one compile serving every chunk."""
+    """The driver (`rmtjax.driver`): chunked scan, one compile serving every chunk."""
     result = rmtjax.train(rmtjax_config(args), jax.random.key(0))
     return result.compile_seconds, result.run_seconds
 

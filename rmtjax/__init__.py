@@ -12,8 +12,8 @@ __version__ = "0.1.0"
 
 _PUBLIC = {
     "Config": "rmtjax.config", "ConfigError": "rmtjax.schema", "load_config": "rmtjax.config",
-    "make_config": "rmtjax.config", "EvalResult": "rmtjax.train", "TrainResult": "rmtjax.train",
-    "evaluate": "rmtjax.train", "load_run": "rmtjax.train", "make_train": "rmtjax.train", "train": "rmtjax.train",
+    "make_config": "rmtjax.config", "EvalResult": "rmtjax.driver", "TrainResult": "rmtjax.driver",
+    "evaluate": "rmtjax.driver", "load_run": "rmtjax.driver", "make_train": "rmtjax.driver", "train": "rmtjax.driver",
 }
 __all__ = sorted(_PUBLIC)
 

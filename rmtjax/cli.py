@@ -42,7 +42,7 @@ def cmd_train(args) -> int:
     import numpy as np
 
     from rmtjax import cache, distributed
-    from rmtjax.train import train
+    from rmtjax.driver import train
 
     distributed.initialize()  # a multi-host run (RMTJAX_* variables) joins before JAX starts
     cache.enable(disable=args.no_compile_cache)
@@ -68,7 +68,7 @@ def cmd_eval(args) -> int:
     import jax
 
     from rmtjax.config import ConfigError
-    from rmtjax.train import evaluate, load_run
+    from rmtjax.driver import evaluate, load_run
 
     if args.episodes < 1:
         raise ConfigError(f"--episodes: expected an integer ≥ 1, got {args.episodes}")

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from rmtjax.distributed import DistributedConfig, check_distributed
+from rmtjax.distributed import DistributedConfig
 from rmtjax.meta.config import CurriculumConfig, MetaConfig, check_meta
 from rmtjax.precision import PrecisionConfig
 from rmtjax.schema import INT_MAX, ConfigError, Section, close_matches, param  # noqa: F401 (re-exported)
@@ -98,7 +98,7 @@ class Config:
     distributed: DistributedConfig = dataclasses.field(default_factory=DistributedConfig)
 
     def __post_init__(self):
-        from rmtjax.agents import agent_config_class
+        from rmtjax.agents import agent_class, agent_config_class
 
         cls = agent_config_class(self.algo)
         if not isinstance(self.agent, cls):
@@ -112,7 +112,8 @@ class Config:
             check(self.env, self.train)
         # the curriculum's env parameters, converted to the env's kinds (a new, checked section)
         object.__setattr__(self, "curriculum", check_meta(self))
-        check_distributed(self)
+        if self.distributed.devices > 1:
+            agent_class(self.algo).check_devices(self, self.distributed.devices)  # what the agent supports
 
     # -- construction -------------------------------------------------------------------
     @classmethod

@@ -59,8 +59,6 @@ FUSIONS = ("mean", "topk", "int8", "bf16")
 ENV_COORDINATOR = "RMTJAX_COORDINATOR_ADDRESS"
 ENV_NUM_PROCESSES = "RMTJAX_NUM_PROCESSES"
 ENV_PROCESS_ID = "RMTJAX_PROCESS_ID"
-# algorithms whose gradient step fuses across devices
-SUPPORTED_ALGOS = ("rmt", "dqn")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,24 +97,6 @@ class DistributedConfig(Section):
         if self.fusion == "int8" and self.devices > 127:
             raise ConfigError(f"distributed.devices: {self.devices} devices leave no int8 range for each "
                               f"(the sum of their values must fit in ±127); use at most 127 or fusion: bf16")
-
-
-def check_distributed(config) -> None:
-    """Cross-checks of `config.distributed` against the algorithm, env and agent."""
-    d = config.distributed.devices
-    if d == 1:
-        return
-    if config.algo not in SUPPORTED_ALGOS:
-        raise ConfigError(f"distributed.devices: {d} devices are supported for {', '.join(SUPPORTED_ALGOS)}; "
-                          f"{config.algo!r} fuses no gradients yet. Set distributed.devices: 1")
-    if config.env.num_envs % d:
-        raise ConfigError(f"env.num_envs: {config.env.num_envs} must be a multiple of distributed.devices ({d}): "
-                          f"each device steps an equal share")
-    agent = config.agent
-    for name in ("batch_size", "buffer_size"):
-        if getattr(agent, name) % d:
-            raise ConfigError(f"agent.{name}: {getattr(agent, name)} must be a multiple of distributed.devices "
-                              f"({d}): each device holds an equal share")
 
 
 # -- multi-host ------------------------------------------------------------------------------

@@ -13,7 +13,7 @@
 every metric so far, so on resume the two log files are rewritten from it: rows logged after
 the checkpoint by the interrupted process are dropped and computed again. Non-finite numbers
 are `null` in JSON and `nan`/`inf` in CSV; floats are written in their shortest exact form.
-The driver (`rmtjax.train`) calls `restore`, `begin`, `record` after each chunk, and `finish`.
+The driver (`rmtjax.driver`) calls `restore`, `begin`, `record` after each chunk, and `finish`.
 """
 
 from __future__ import annotations

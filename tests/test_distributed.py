@@ -51,7 +51,7 @@ def test_bad_distributed_settings_are_config_errors(overrides, message):
 
 
 def test_algorithms_without_gradient_fusion_refuse_several_devices():
-    with pytest.raises(ConfigError, match="supported for rmt, dqn; 'ppo' fuses no gradients"):
+    with pytest.raises(ConfigError, match="ppo does not train on several devices"):
         rmtjax.make_config("ppo", "CartPole-v1", {"distributed.devices": 2})
 
 

@@ -17,29 +17,30 @@ from rmtjax.agents import build_agent
 from rmtjax.config import Config, ConfigError
 from rmtjax.meta import core
 from rmtjax.meta.config import CurriculumConfig, MetaConfig
+from rmtjax.protocol import Learner, hparam
 
 
 # -- small stand-ins for an agent's hparams and state -----------------------------------------
 @struct.dataclass
 class HP:  # like RMT's: lr, γ and the ε schedule
-    lr: jax.Array
-    gamma: jax.Array
-    eps_start: jax.Array
-    eps_end: jax.Array
-    tau: jax.Array
+    lr: jax.Array = hparam("lr")
+    gamma: jax.Array = hparam("gamma")
+    eps_start: jax.Array = hparam("eps")
+    eps_end: jax.Array = hparam("eps")
+    tau: jax.Array = hparam()
 
 
 @struct.dataclass
 class PPOLikeHP:  # no ε
-    lr: jax.Array
-    gamma: jax.Array
+    lr: jax.Array = hparam("lr")
+    gamma: jax.Array = hparam("gamma")
 
 
 @struct.dataclass
 class SACLikeHP:  # two learning rates
-    actor_lr: jax.Array
-    critic_lr: jax.Array
-    gamma: jax.Array
+    actor_lr: jax.Array = hparam("lr")
+    critic_lr: jax.Array = hparam("lr")
+    gamma: jax.Array = hparam("gamma")
 
 
 def hp(lr=5e-4, gamma=0.95, eps_start=1.0, eps_end=0.05, tau=0.005):
@@ -47,7 +48,9 @@ def hp(lr=5e-4, gamma=0.95, eps_start=1.0, eps_end=0.05, tau=0.005):
 
 
 def sig(ret=0.0, loss=1.0, entropy=0.5, explore=0.5, episodes=1.0):
-    return core.Signals(*(jnp.float32(x) for x in (ret, loss, entropy, explore, episodes)))
+    f = jnp.float32
+    return core.Signals(episode_return=f(ret), episodes=f(episodes), value_loss=f(loss), entropy=f(entropy),
+                        explore=f(explore))
 
 
 def run(cfg, signals, hparams, max_entropy=None):
@@ -151,7 +154,7 @@ def test_pbt_perturbations_never_leave_the_bounds(scores, seed, perturb):
                                                                                     eps_start=1.0, eps_end=0.01))(jnp.arange(n)))
     m = batched_meta(n, seed, scores)
     for _ in range(3):
-        state, m, _ = core.pbt_round(state, m, cfg)
+        state, m, _ = pbt(state, m, cfg)
         m = m.replace(seen=m.seen + 1)
         h = state.hparams
         assert np.all((np.asarray(h.lr) >= 1e-5 * (1 - 1e-6)) & (np.asarray(h.lr) <= 1e-3 * (1 + 1e-6)))
@@ -250,6 +253,12 @@ class FakeState:
     hparams: HP
 
 
+def pbt(state: FakeState, m, cfg):
+    """A PBT round on the learner of a stand-in state (no env parameters)."""
+    learner, hps, _, m, source = core.pbt_round(Learner(state.params, state.opt_state), state.hparams, None, m, cfg)
+    return state.replace(params=learner.params, opt_state=learner.opt_state, hparams=hps), m, source
+
+
 def batched_meta(n, seed, scores):
     m = jax.vmap(lambda k: core.init_state(k, 1))(jax.random.split(jax.random.key(seed), n))
     return m.replace(seen=jnp.full((n,), 10, jnp.int32), return_fast=jnp.asarray(scores, jnp.float32))
@@ -263,7 +272,7 @@ def test_pbt_replaces_the_worst_seeds_by_copies_of_the_best_and_perturbs_them():
              tau=jnp.arange(n, dtype=jnp.float32))
     state = FakeState(params={"w": jnp.arange(n, dtype=jnp.float32)[:, None] * jnp.ones((n, 3))},
                       opt_state={"mu": 10.0 * jnp.arange(n, dtype=jnp.float32)}, hparams=hps)
-    new, m, source = core.pbt_round(state, batched_meta(n, 0, scores), cfg)
+    new, m, source = pbt(state, batched_meta(n, 0, scores), cfg)
     source = np.asarray(source)
     assert set(np.flatnonzero(source >= 0)) == {1, 6}
     for w in (1, 6):
@@ -280,7 +289,7 @@ def test_pbt_replaces_the_worst_seeds_by_copies_of_the_best_and_perturbs_them():
         np.testing.assert_array_equal(new.params["w"][keep], state.params["w"][keep])
         assert float(new.hparams.lr[keep]) == np.float32(2e-4)
     # not a decision iteration: nothing moves
-    new, _, source = core.pbt_round(state, batched_meta(n, 0, scores).replace(seen=jnp.full((n,), 11)), cfg)
+    new, _, source = pbt(state, batched_meta(n, 0, scores).replace(seen=jnp.full((n,), 11)), cfg)
     assert np.all(np.asarray(source) == -1)
     np.testing.assert_array_equal(new.params["w"], state.params["w"])
 
@@ -311,7 +320,7 @@ def test_curriculum_stages_advance_at_their_thresholds():
 
 # -- in the driver --------------------------------------------------------------------------------------
 def test_mode_off_runs_the_agents_own_step_bit_for_bit():
-    from rmtjax.train import _masked_chunk
+    from rmtjax.driver import _masked_chunk
 
     cfg = small(**{"train.num_chunks": 1})
     result = rmtjax.train(cfg, jax.random.key(1))

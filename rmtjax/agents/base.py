@@ -1,22 +1,28 @@
-"""What every agent shares: the env, the iteration count, and hyperparameters held as arrays."""
+"""What every agent shares: the env, the iteration clock, hyperparameters held as arrays, and
+the defaults of the protocol (`rmtjax.protocol`) every agent implements."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Mapping
 
 import jax
 import jax.numpy as jnp
 
-from rmtjax.schema import ConfigError
 from rmtjax.envs import make_env
 from rmtjax.precision import Precision
+from rmtjax.protocol import Learner, Signals
+from rmtjax.schema import ConfigError
 
 
 class Agent:
     """Base of the agents. Subclasses set `Config` (a config section), `HParams` (a
-    `flax.struct.dataclass` of float scalars whose names match fields of `Config`) and
-    implement `init(key, hparams)`, `step(state, t)` and `act(params, obs, key)`.
+    `flax.struct.dataclass` of float scalars made with `rmtjax.protocol.hparam`, whose names
+    match fields of `Config`) and implement `init(key, hparams)`, `step(state, t)`, `act(params,
+    obs, key)`, `signals(metrics)`, `learner(state)` and `with_learner(state, learner)` — the
+    protocol of `rmtjax.protocol.AgentProtocol`, which the meta-controller, PBT, precision,
+    devices and checkpoints rely on and nothing else.
 
     The clock: `step(state, t)` takes `t`, the index of the iteration it runs (an int32 scalar,
     0 for the first), from the driver's scan. `t` is the same for every seed and is never batched
@@ -36,6 +42,7 @@ class Agent:
 
     Config: type
     HParams: type
+    data_parallel = False  # True: `step` fuses its gradients across devices (see `check_devices`)
 
     def __init__(self, config):
         self.config = config
@@ -73,6 +80,37 @@ class Agent:
     def progress(self, t):
         """Share of training done when iteration `t` starts (float32, 0 at the first)."""
         return jnp.asarray(t, jnp.float32) / self.num_iterations
+
+    # -- the protocol's defaults ------------------------------------------------------------
+    @property
+    def max_entropy(self) -> float | None:
+        """log of the number of choices the policy's entropy is measured over (discrete actions)."""
+        return math.log(self.spec.num_actions) if self.spec.discrete else None
+
+    @classmethod
+    def settings(cls, agent_cfg):
+        """The agent's config section in the terms its hyperparameters are read from (DQN's
+        section maps onto RMT's); by default the section itself."""
+        return agent_cfg
+
+    @classmethod
+    def check_devices(cls, config, devices: int) -> None:
+        """Refuse, with a `ConfigError`, a config that cannot train on `devices` > 1 devices."""
+        if not cls.data_parallel:
+            raise ConfigError(f"distributed.devices: {config.algo} does not train on several devices (its step "
+                              f"fuses no gradients); set distributed.devices: 1")
+        if config.env.num_envs % devices:
+            raise ConfigError(f"env.num_envs: {config.env.num_envs} must be a multiple of distributed.devices "
+                              f"({devices}): each device steps an equal share")
+
+    def signals(self, metrics) -> Signals:
+        raise NotImplementedError(f"{type(self).__name__}.signals: the meta-controller needs it")
+
+    def learner(self, state) -> Learner:
+        raise NotImplementedError(f"{type(self).__name__}.learner: PBT needs it")
+
+    def with_learner(self, state, learner: Learner):
+        raise NotImplementedError(f"{type(self).__name__}.with_learner: PBT needs it")
 
     def default_hparams(self, overrides: Mapping[str, jax.Array] | None = None):
         """The initial hyperparameters from config, with `overrides` (name -> scalar array) on top."""

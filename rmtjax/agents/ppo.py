@@ -19,11 +19,12 @@ import optax
 from flax import struct
 
 from rmtjax.agents.base import Agent, hparam_metrics
-from rmtjax.schema import ConfigError, Section, param
 from rmtjax.envs import VecEnvState, episode_metrics
 from rmtjax.networks import MLP
 from rmtjax.networks.init import orthogonal
 from rmtjax.precision import PrecisionState, ema, summarize
+from rmtjax.protocol import Learner, Signals, hparam
+from rmtjax.schema import ConfigError, Section, param
 
 LOG_2PI = float(np.log(2 * np.pi))
 
@@ -60,13 +61,13 @@ class PPOConfig(Section):
 
 @struct.dataclass
 class PPOHParams:
-    lr: jax.Array
-    gamma: jax.Array
-    gae_lambda: jax.Array
-    clip_eps: jax.Array
-    ent_coef: jax.Array
-    vf_coef: jax.Array
-    max_grad_norm: jax.Array
+    lr: jax.Array = hparam("lr")
+    gamma: jax.Array = hparam("gamma")
+    gae_lambda: jax.Array = hparam()
+    clip_eps: jax.Array = hparam()
+    ent_coef: jax.Array = hparam()
+    vf_coef: jax.Array = hparam()
+    max_grad_norm: jax.Array = hparam()
 
 
 @struct.dataclass
@@ -254,6 +255,19 @@ class PPO(Agent):
                    "value_loss_ema": value_loss_ema, **hparam_metrics(hp), "lr_effective": lr,
                    **prec.metrics(prec_state, clip)}
         return new_state, metrics
+
+    # -- the protocol --------------------------------------------------------------------------
+    def signals(self, metrics) -> Signals:
+        entropy = metrics["entropy"]
+        explore = entropy / self.max_entropy if self.max_entropy else None  # no ε: the entropy's share of its maximum
+        return Signals(episode_return=metrics["episode_return"], episodes=metrics["episode_count"],
+                       value_loss=metrics["value_loss"], entropy=entropy, explore=explore)
+
+    def learner(self, state: PPOState) -> Learner:
+        return Learner(params=state.params, opt_state=state.opt_state)
+
+    def with_learner(self, state: PPOState, learner: Learner) -> PPOState:
+        return state.replace(params=learner.params, opt_state=learner.opt_state)
 
 
 def gae(reward, value, next_value, terminated, done, gamma, lam):

@@ -28,10 +28,11 @@ from flax import struct
 
 from rmtjax import exploration
 from rmtjax.agents.base import Agent, hparam_metrics
-from rmtjax.schema import ConfigError, Section, param
 from rmtjax.envs import VecEnvState, episode_metrics
 from rmtjax.networks import QHead, QNetwork, make_torso
 from rmtjax.precision import PrecisionState, summarize
+from rmtjax.protocol import Learner, Signals, hparam
+from rmtjax.schema import ConfigError, Section, param
 
 OPTIMIZERS = {"adam": optax.adam, "radam": optax.radam}
 
@@ -99,12 +100,12 @@ class PQNConfig(Section):
 
 @struct.dataclass
 class PQNHParams:
-    lr: jax.Array
-    gamma: jax.Array
-    td_lambda: jax.Array
-    eps_start: jax.Array
-    eps_end: jax.Array
-    max_grad_norm: jax.Array
+    lr: jax.Array = hparam("lr")
+    gamma: jax.Array = hparam("gamma")
+    td_lambda: jax.Array = hparam()
+    eps_start: jax.Array = hparam("eps")
+    eps_end: jax.Array = hparam("eps")
+    max_grad_norm: jax.Array = hparam()
 
 
 @struct.dataclass
@@ -236,3 +237,14 @@ class PQN(Agent):
                    "epsilon": epsilon, "lr_in_force": lr, "explore_frac": traj["explore"].mean(),
                    "nongreedy_frac": traj["nongreedy"].mean(), **hparam_metrics(hp), **prec.metrics(prec_state, clip)}
         return new_state, metrics
+
+    # -- the protocol --------------------------------------------------------------------------
+    def signals(self, metrics) -> Signals:
+        return Signals(episode_return=metrics["episode_return"], episodes=metrics["episode_count"],
+                       value_loss=metrics["loss"], explore=metrics["nongreedy_frac"])
+
+    def learner(self, state: PQNState) -> Learner:
+        return Learner(params=state.params, opt_state=state.opt_state)
+
+    def with_learner(self, state: PQNState, learner: Learner) -> PQNState:
+        return state.replace(params=learner.params, opt_state=learner.opt_state)

@@ -35,6 +35,7 @@ dimension with one head per dimension, Q(s, a) = mean_d Q_d(s, a_d).
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import jax
@@ -45,11 +46,12 @@ from flax import struct
 
 from rmtjax import exploration
 from rmtjax.agents.base import Agent, hparam_metrics
-from rmtjax.schema import ConfigError, Section, param
 from rmtjax.distributed import Fusion, device_index
 from rmtjax.envs import VecEnvState, episode_metrics
 from rmtjax.networks import TORSOS, PerDimQHead, QHead, QNetwork, make_torso
 from rmtjax.precision import PrecisionState, ema, finite_abs, summarize
+from rmtjax.protocol import Learner, Signals, hparam
+from rmtjax.schema import ConfigError, Section, param
 from rmtjax.replay import make_replay
 
 # RMSProp as the MinAtar paper's DQN ran it (PyTorch's centered RMSprop, eps added outside the root)
@@ -138,16 +140,16 @@ class RMTConfig(Section):
 
 @struct.dataclass
 class RMTHParams:
-    lr: jax.Array
-    gamma: jax.Array
-    eps_start: jax.Array
-    eps_end: jax.Array
-    tau: jax.Array
-    max_grad_norm: jax.Array
-    entropy_target_start: jax.Array
-    entropy_target_end: jax.Array
-    temperature_lr: jax.Array
-    beta_start: jax.Array
+    lr: jax.Array = hparam("lr")
+    gamma: jax.Array = hparam("gamma")
+    eps_start: jax.Array = hparam("eps")
+    eps_end: jax.Array = hparam("eps")
+    tau: jax.Array = hparam()
+    max_grad_norm: jax.Array = hparam()
+    entropy_target_start: jax.Array = hparam()
+    entropy_target_end: jax.Array = hparam()
+    temperature_lr: jax.Array = hparam()
+    beta_start: jax.Array = hparam()
 
 
 @struct.dataclass
@@ -195,6 +197,7 @@ class Schedule:
 class RMT(Agent):
     Config = RMTConfig
     HParams = RMTHParams
+    data_parallel = True  # the gradient step fuses across devices (rmtjax.distributed.Fusion)
 
     def __init__(self, config):
         super().__init__(config)
@@ -506,3 +509,31 @@ class RMT(Agent):
             if self.fusion is not None:
                 metrics = self.fusion.reduce_metrics(metrics)
         return new_state, metrics
+
+    # -- the protocol --------------------------------------------------------------------------
+    @classmethod
+    def check_devices(cls, config, devices: int) -> None:
+        super().check_devices(config, devices)
+        agent = config.agent
+        for name in ("batch_size", "buffer_size"):
+            if getattr(agent, name) % devices:
+                raise ConfigError(f"agent.{name}: {getattr(agent, name)} must be a multiple of distributed.devices "
+                                  f"({devices}): each device holds an equal share")
+
+    @property
+    def max_entropy(self) -> float | None:
+        # discrete actions, or continuous ones as `bins` choices per dimension
+        return math.log(self.spec.num_actions if self.spec.discrete else self.cfg.bins)
+
+    def signals(self, metrics) -> Signals:
+        return Signals(episode_return=metrics["episode_return"], episodes=metrics["episode_count"],
+                       value_loss=metrics["loss"], entropy=metrics["policy_entropy"],
+                       explore=metrics["nongreedy_frac"])
+
+    def learner(self, state: RMTState) -> Learner:
+        return Learner(params=state.params, opt_state=state.opt_state, target=state.target_params,
+                       extra={"log_temperature": state.log_temperature})
+
+    def with_learner(self, state: RMTState, learner: Learner) -> RMTState:
+        return state.replace(params=learner.params, opt_state=learner.opt_state, target_params=learner.target,
+                             log_temperature=learner.extra["log_temperature"])

@@ -25,10 +25,11 @@ import optax
 from flax import struct
 
 from rmtjax.agents.base import Agent, hparam_metrics
-from rmtjax.schema import ConfigError, Section, param
 from rmtjax.envs import VecEnvState, episode_metrics
 from rmtjax.networks import MLP
 from rmtjax.precision import PrecisionState, ema, summarize
+from rmtjax.protocol import Learner, Signals, hparam
+from rmtjax.schema import ConfigError, Section, param
 from rmtjax.replay import ring
 
 LOG_2PI = float(np.log(2 * np.pi))
@@ -77,13 +78,13 @@ class SACConfig(Section):
 
 @struct.dataclass
 class SACHParams:
-    actor_lr: jax.Array
-    critic_lr: jax.Array
-    alpha_lr: jax.Array
-    gamma: jax.Array
-    tau: jax.Array
-    target_entropy_scale: jax.Array
-    max_grad_norm: jax.Array
+    actor_lr: jax.Array = hparam("lr")
+    critic_lr: jax.Array = hparam("lr")
+    alpha_lr: jax.Array = hparam()
+    gamma: jax.Array = hparam("gamma")
+    tau: jax.Array = hparam()
+    target_entropy_scale: jax.Array = hparam()
+    max_grad_norm: jax.Array = hparam()
 
 
 @struct.dataclass
@@ -323,3 +324,16 @@ class SAC(Agent):
                    **hparam_metrics(hp), "alpha": jnp.exp(log_alpha), "updates": updates,
                    "buffer_size": replay.size, "td_error_ema": td_error_ema, **prec.metrics(prec_state, clip)}
         return new_state, metrics
+
+    # -- the protocol --------------------------------------------------------------------------
+    def signals(self, metrics) -> Signals:
+        return Signals(episode_return=metrics["episode_return"], episodes=metrics["episode_count"],
+                       value_loss=metrics["critic_loss"], entropy=metrics["entropy"])
+
+    def learner(self, state: SACState) -> Learner:
+        return Learner(params=state.params, opt_state=state.opt_state, target=state.target_critic,
+                       extra={"log_alpha": state.log_alpha})
+
+    def with_learner(self, state: SACState, learner: Learner) -> SACState:
+        return state.replace(params=learner.params, opt_state=learner.opt_state, target_critic=learner.target,
+                             log_alpha=learner.extra["log_alpha"])

@@ -12,17 +12,14 @@ import dataclasses
 import math
 from typing import Any, Mapping
 
+from rmtjax.protocol import GROUPS, group_of, hparam_groups, hparam_names
 from rmtjax.schema import ConfigError, Section, close_matches, param
 
 MODES = ("off", "rules", "bandit", "pbt")
 
-# Names a user may give instead of an agent's own hyperparameter field: each stands for every
-# field of the group the agent has (SAC has actor_lr and critic_lr, RMT and PPO have lr).
-GROUPS = {
-    "lr": ("lr", "actor_lr", "critic_lr"),
-    "gamma": ("gamma",),
-    "eps": ("eps_start", "eps_end"),
-}
+# A group name (lr, gamma, eps) may be given instead of an agent's own hyperparameter field: it
+# stands for every field the agent's `HParams` declares in that group (`rmtjax.protocol.hparam`;
+# SAC's actor_lr and critic_lr are both in "lr").
 
 DEFAULT_ARMS = (
     {"lr": 1e-4, "gamma": 0.99}, {"lr": 3e-4, "gamma": 0.99}, {"lr": 1e-3, "gamma": 0.99},
@@ -97,12 +94,16 @@ class MetaConfig(Section):
     def active(self) -> bool:
         return self.mode != "off"
 
-    def bounds(self) -> dict[str, tuple[float, float]]:
-        """hparam field -> (low, high) for every field a move may touch."""
-        out = {f: (self.lr_min, self.lr_max) for f in GROUPS["lr"]}
-        out["gamma"] = (self.gamma_min, self.gamma_max)
-        out.update({f: (self.eps_min, self.eps_max) for f in GROUPS["eps"]})
-        return out
+    def group_bounds(self) -> dict[str, tuple[float, float]]:
+        """group -> (low, high): where a move may take every field of the group."""
+        return {"lr": (self.lr_min, self.lr_max), "gamma": (self.gamma_min, self.gamma_max),
+                "eps": (self.eps_min, self.eps_max)}
+
+    def bounds(self, hparams) -> dict[str, tuple[float, float]]:
+        """field -> (low, high) for every field of `hparams` (an `HParams` class or instance)
+        that belongs to a group."""
+        groups = self.group_bounds()
+        return {f: groups[g] for g, fields in hparam_groups(hparams).items() for f in fields}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,13 +159,15 @@ def _mapping(path: str, v: Any) -> dict:
     return dict(v)
 
 
-def resolve_names(path: str, names, hparam_fields, algo: str) -> dict[str, tuple[str, ...]]:
-    """Each given name -> the agent's hparam fields it sets (a group name -> those the agent
-    has). A name that is neither a group the agent has a field of, nor a field, is an error."""
+def resolve_names(path: str, names, hparams, algo: str) -> dict[str, tuple[str, ...]]:
+    """Each given name -> the fields of `hparams` (the agent's `HParams` class) it sets (a group
+    name -> the fields declared in it). A name that is neither a group the agent has a field
+    of, nor a field, is an error."""
+    hparam_fields, groups = hparam_names(hparams), hparam_groups(hparams)
     out = {}
     for name in names:
         if name in GROUPS:
-            fields = tuple(f for f in GROUPS[name] if f in hparam_fields)
+            fields = groups.get(name, ())
             if not fields:
                 raise ConfigError(f"{path}.{name}: {algo} has no {name} hyperparameter; its hyperparameters are "
                                   f"{', '.join(hparam_fields)}")
@@ -184,29 +187,29 @@ def check_meta(config) -> CurriculumConfig:
 
     meta, cur, algo = config.meta, config.curriculum, config.algo
     cls = agent_class(algo)
-    fields = tuple(f.name for f in dataclasses.fields(cls.HParams))
-    settings = cls.settings(config.agent) if hasattr(cls, "settings") else config.agent  # DQN runs on RMT's
-    bounds = meta.bounds()
+    settings = cls.settings(config.agent)  # DQN's section maps onto RMT's
+    bounds = meta.bounds(cls.HParams)
     if meta.active:
-        for f in fields:
+        for f in hparam_names(cls.HParams):
             if f in bounds:
                 lo, hi = bounds[f]
                 v = getattr(settings, f)
                 if not lo <= v <= hi:
-                    group = next(g for g, fs in GROUPS.items() if f in fs)
+                    group = group_of(cls.HParams, f)
                     raise ConfigError(f"agent.{f}: {v} lies outside the meta-controller's bounds [{lo}, {hi}] "
                                       f"(meta.{group}_min, meta.{group}_max); move agent.{f} inside them or "
                                       f"widen the bounds")
     if meta.mode == "bandit":
         for i, arm in enumerate(meta.arms):
-            _check_values(config, settings, f"meta.arms[{i}]", arm, fields, bounds)
+            _check_values(config, settings, f"meta.arms[{i}]", arm, cls.HParams, bounds)
     if meta.mode == "pbt" and config.train.num_seeds < 2:
         raise ConfigError(f"meta.mode: pbt trains a population across the seeds of one run and needs "
                           f"train.num_seeds ≥ 2 (it is {config.train.num_seeds})")
     stages = []
     for i, stage in enumerate(cur.stages):
         path = f"curriculum.stages[{i}]"
-        _check_values(config, settings, f"{path}.hparams", stage["hparams"], fields, bounds if meta.active else {})
+        _check_values(config, settings, f"{path}.hparams", stage["hparams"], cls.HParams,
+                      bounds if meta.active else {})
         if stage["env"]:
             if ":" in config.env.id:
                 raise ConfigError(f"{path}.env: env parameters in a curriculum are supported for gymnax "
@@ -225,8 +228,8 @@ def check_meta(config) -> CurriculumConfig:
     return dataclasses.replace(cur, stages=tuple(stages)) if cur.stages else cur
 
 
-def _check_values(config, settings, path, values: Mapping[str, float], fields, bounds) -> None:
-    resolved = resolve_names(path, values, fields, config.algo)
+def _check_values(config, settings, path, values: Mapping[str, float], hparams, bounds) -> None:
+    resolved = resolve_names(path, values, hparams, config.algo)
     for name, targets in resolved.items():
         v = values[name]
         for f in targets:

@@ -10,7 +10,6 @@ agent's, so evaluation and `final_return` see it like an agent state.
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 import jax
@@ -43,15 +42,6 @@ def is_active(config) -> bool:
     return config.meta.active or config.curriculum.active
 
 
-def max_entropy_of(agent) -> float | None:
-    """log of the number of choices the policy's entropy is measured over, if finite."""
-    spec = agent.spec
-    if spec.discrete:
-        return math.log(spec.num_actions)
-    bins = getattr(agent.cfg, "bins", None)  # RMT on continuous actions: per-dimension bins
-    return math.log(bins) if bins else None
-
-
 # key of the meta state, derived from each seed's key without consuming it
 _META_STREAM = 0x6D657461
 
@@ -63,7 +53,7 @@ class Controller:
         self.config, self.agent = config, agent
         self.cfg = config.meta
         self.cur = config.curriculum
-        self.max_entropy = max_entropy_of(agent)
+        self.max_entropy = agent.max_entropy
         self.update = core.make_update(self.cfg, self.max_entropy)
 
     def init(self, key, agent_state) -> MetaTrainState:
@@ -76,15 +66,17 @@ class Controller:
     def step(self, state: MetaTrainState, t):
         """Iteration `t` of every seed: the vmapped agent step, then the meta update."""
         agent_state, metrics = jax.vmap(self.agent.step, in_axes=(0, None))(state.agent, t)
-        src = core.signal_sources(metrics, self.max_entropy)
-        signals = jax.vmap(lambda mt: core.signals_from_metrics(mt, src))(metrics)
+        signals = jax.vmap(self.agent.signals)(metrics)  # the agent's typed signals (rmtjax.protocol)
+        signals = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), signals)
         meta = state.meta
         hp = agent_state.hparams
         meta, hp = jax.vmap(self.update)(meta, signals, hp)
         extra = {}
         if self.cfg.mode == "pbt":
-            agent_state, meta, source = core.pbt_round(agent_state.replace(hparams=hp), meta, self.cfg)
-            hp = agent_state.hparams
+            learner, hp, env_params, meta, source = core.pbt_round(
+                self.agent.learner(agent_state), hp, agent_state.env_state.params, meta, self.cfg)
+            agent_state = self.agent.with_learner(agent_state, learner)
+            agent_state = agent_state.replace(env_state=agent_state.env_state.replace(params=env_params))
             extra["meta_pbt_source"] = source
         if self.cur.active:
             if self.cur.metric not in metrics:
@@ -98,7 +90,7 @@ class Controller:
             extra["curriculum_stage"] = meta.stage
         agent_state = agent_state.replace(hparams=hp)
         if self.cfg.active:
-            extra.update(jax.vmap(lambda m: core.meta_metrics(m, self.cfg, self.max_entropy, src))(meta))
+            extra.update(jax.vmap(lambda m: core.meta_metrics(m, self.cfg, self.max_entropy, signals.present()))(meta))
         # the hyperparameters after this iteration's moves (what the next iteration runs with)
         hp_metrics = {f.name: getattr(hp, f.name) for f in dataclasses.fields(hp)}
         return MetaTrainState(agent_state, meta), {**metrics, **hp_metrics, **extra}

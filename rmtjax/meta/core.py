@@ -3,22 +3,22 @@ curriculum. Everything here is traced into the compiled loop; nothing calls the 
 
 Per seed (vmapped by the driver):
 
-- `signals_from_metrics(metrics, sources)` -> `Signals`: the iteration's return, value (TD)
-  loss, policy entropy and share of exploratory actions;
+- the agent's `signals(metrics)` -> `rmtjax.protocol.Signals`: the iteration's return, value
+  (TD) loss, policy entropy and share of exploratory actions (those the agent has);
 - `update(meta_state, signals, hparams)` (made by `make_update(cfg, ...)`): moving averages of
   the signals (trends), then, on a decision iteration, the `rules` or `bandit` move;
 - `curriculum_update(...)`: the stage and what entering it sets.
 
-Across seeds: `pbt_round(agent_state, meta_state, ...)` (leaves batched over seeds).
+Across seeds: `pbt_round(learner, hparams, env_params, meta_state, ...)` (leaves batched over
+seeds), on the agent's `rmtjax.protocol.Learner`.
 
-Hyperparameters are the agent's own `HParams` struct; a move touches only the fields that
-struct has (PPO has no ε, so ε moves are skipped for it), and every moved lr, γ and ε is
-clipped into the `meta:` bounds.
+Hyperparameters are the agent's own `HParams` struct; a move of a group (lr, γ, ε) touches the
+fields the struct declares in that group (PPO declares no ε, so ε moves are skipped for it),
+and every moved field is clipped into its group's `meta:` bounds.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any, Mapping
 
@@ -26,55 +26,10 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from rmtjax.meta.config import GROUPS, MetaConfig
+from rmtjax.meta.config import MetaConfig
+from rmtjax.protocol import GROUPS, Learner, Signals, hparam_groups, hparam_names
 
-# where each signal is read from, first name an agent reports wins
-LOSS_METRICS = ("value_loss", "critic_loss", "loss")  # PPO, SAC, RMT/DQN (Huber TD loss)
-ENTROPY_METRICS = ("policy_entropy", "entropy")  # RMT's Boltzmann entropy; PPO's / SAC's policy entropy
-EXPLORE_METRICS = ("nongreedy_frac", "explore_frac")  # RMT: actions that are not the greedy one
-
-
-@struct.dataclass
-class Signals:
-    """One iteration of one seed, as the meta-controller reads it (scalars)."""
-
-    episode_return: jax.Array
-    value_loss: jax.Array  # 0 when no gradient step was taken this iteration
-    entropy: jax.Array
-    explore: jax.Array  # share of exploratory actions, or entropy / max entropy
-    episodes: jax.Array  # episodes completed this iteration (the return is 0 until the first)
-
-
-@dataclasses.dataclass(frozen=True)
-class SignalSources:
-    """Which metric each signal comes from (static: fixed by the agent's metric names)."""
-
-    loss: str | None
-    entropy: str | None
-    explore: str | None  # a metric name, or "entropy_ratio", or None
-    max_entropy: float | None  # log |A| where the policy is over a finite action set
-
-
-def signal_sources(metric_names, max_entropy: float | None) -> SignalSources:
-    names = set(metric_names)
-    loss = next((m for m in LOSS_METRICS if m in names), None)
-    entropy = next((m for m in ENTROPY_METRICS if m in names), None)
-    explore = next((m for m in EXPLORE_METRICS if m in names), None)
-    if explore is None and entropy is not None and max_entropy:
-        explore = "entropy_ratio"
-    return SignalSources(loss, entropy, explore, max_entropy)
-
-
-def signals_from_metrics(metrics: Mapping[str, jax.Array], src: SignalSources) -> Signals:
-    zero = jnp.zeros((), jnp.float32)
-    get = lambda name: zero if name is None else jnp.asarray(metrics[name], jnp.float32)
-    entropy = get(src.entropy)
-    if src.explore == "entropy_ratio":
-        explore = entropy / src.max_entropy
-    else:
-        explore = get(src.explore)
-    return Signals(get("episode_return"), get(src.loss), entropy, explore, get("episode_count"))
-
+__all__ = ["Signals"]  # with everything below: the meta-controller reads the agent's typed signals
 
 @struct.dataclass
 class MetaState:
@@ -134,6 +89,8 @@ def track(m: MetaState, s: Signals, cfg: MetaConfig) -> MetaState:
     def ema(old, new, rate, first):
         return jnp.where(first, new, old + rate * (new - old))
 
+    zero = jnp.zeros((), jnp.float32)
+    s = s.replace(**{n: zero for n in ("value_loss", "entropy", "explore") if getattr(s, n) is None})
     first = m.seen == 0
     has_return = m.episodes_seen + s.episodes > 0  # before any episode ends the return reads 0: skip it
     first_return = m.episodes_seen == 0
@@ -157,27 +114,22 @@ def track(m: MetaState, s: Signals, cfg: MetaConfig) -> MetaState:
 
 
 # -- bounded moves -----------------------------------------------------------------------------
-def fields_of(hparams) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(hparams))
-
-
 def group_fields(hparams, group: str) -> tuple[str, ...]:
-    """The fields of `hparams` a group name (lr, gamma, eps) stands for; () if it has none."""
-    return tuple(f for f in GROUPS[group] if f in fields_of(hparams))
+    """The fields of `hparams` declared in a group (lr, gamma, eps); () if it has none."""
+    return hparam_groups(hparams).get(group, ())
 
 
 def clip_to_bounds(hparams, cfg: MetaConfig):
-    """Every bounded field of `hparams` clipped into its `meta:` bounds."""
-    bounds = cfg.bounds()
-    new = {f: jnp.clip(getattr(hparams, f), *bounds[f]).astype(getattr(hparams, f).dtype)
-           for f in fields_of(hparams) if f in bounds}
+    """Every field of `hparams` in a group clipped into the group's `meta:` bounds."""
+    bounds = cfg.bounds(hparams)
+    new = {f: jnp.clip(getattr(hparams, f), *bounds[f]).astype(getattr(hparams, f).dtype) for f in bounds}
     return hparams.replace(**new)
 
 
 def scale_group(hparams, group: str, factor: jax.Array, cfg: MetaConfig, when: jax.Array = True):
     """Multiply the group's fields by `factor` (for γ: multiply the horizon term 1 - γ), where
     `when`; the result is clipped into bounds. Fields the agent lacks are skipped."""
-    bounds = cfg.bounds()
+    bounds = cfg.bounds(hparams)
     new = {}
     for f in group_fields(hparams, group):
         old = getattr(hparams, f)
@@ -189,10 +141,10 @@ def scale_group(hparams, group: str, factor: jax.Array, cfg: MetaConfig, when: j
 def set_values(hparams, values: Mapping[str, jax.Array], cfg: MetaConfig, when: jax.Array = True, clip=True):
     """Set named hyperparameters (group names or fields; NaN leaves a field as it is) where
     `when`, clipped into bounds."""
-    bounds = cfg.bounds() if clip else {}
+    bounds = cfg.bounds(hparams) if clip else {}
     new = {}
     for name, v in values.items():
-        targets = group_fields(hparams, name) if name in GROUPS else ((name,) if name in fields_of(hparams) else ())
+        targets = group_fields(hparams, name) if name in GROUPS else ((name,) if name in hparam_names(hparams) else ())
         for f in targets:
             old = new.get(f, getattr(hparams, f))
             v_f = jnp.clip(v, *bounds[f]) if f in bounds else v
@@ -301,22 +253,19 @@ def make_update(cfg: MetaConfig, max_entropy: float | None = None):
 
 
 # -- population-based training, across seeds ---------------------------------------------------
-# the learner's parts a replaced seed takes from the one it copies (whichever the agent has)
-PBT_COPIED = ("params", "target_params", "target_critic", "opt_state", "log_alpha", "log_temperature")
-
-
 def pbt_sizes(num_seeds: int, cfg: MetaConfig) -> int:
     """Seeds replaced per round: the worst `pbt_quantile`, at least one, at most half."""
     return max(1, min(num_seeds // 2, int(num_seeds * cfg.pbt_quantile)))
 
 
-def pbt_round(agent_state, m: MetaState, cfg: MetaConfig):
+def pbt_round(learner: Learner, hparams, env_params, m: MetaState, cfg: MetaConfig):
     """One PBT round over the seeds (every leaf batched [num_seeds, ...]) on a decision
     iteration: the worst seeds by fast return average each copy a random one of the best
-    (its params, target params, optimiser state and hyperparameters), then multiply or divide
-    every lr, 1 - γ and ε by `perturb` at random, within bounds. Returns the new agent state,
-    meta state and `source` [num_seeds]: the seed each copied from, -1 where none did. A copy
-    also takes the source's curriculum stage and env parameters, so it runs as its source did."""
+    (its `Learner`: params, target params, optimiser state and other learned values; and its
+    hyperparameters), then multiply or divide every lr, 1 - γ and ε by `perturb` at random,
+    within bounds. Returns `(learner, hparams, env_params, meta state, source)`, `source`
+    [num_seeds] being the seed each copied from, -1 where none did. A copy also takes the
+    source's curriculum stage and env parameters, so it runs as its source did."""
     n = m.seen.shape[0]
     k = pbt_sizes(n, cfg)
     due = decision_due(jax.tree.map(lambda x: x[0], m), cfg)  # the seeds step in lockstep
@@ -331,8 +280,8 @@ def pbt_round(agent_state, m: MetaState, cfg: MetaConfig):
     def copy(x):
         return jnp.where(due, x.at[worst].set(x[src]), x)
 
-    updates = {f: jax.tree.map(copy, getattr(agent_state, f)) for f in PBT_COPIED if hasattr(agent_state, f)}
-    hp = jax.tree.map(copy, agent_state.hparams)
+    learner = jax.tree.map(copy, learner)
+    hp = jax.tree.map(copy, hparams)
     # perturb the copies: each bounded group up or down by `perturb`, independently per seed and group
     replaced = source >= 0
     for i, group in enumerate(("lr", "gamma", "eps")):
@@ -343,13 +292,11 @@ def pbt_round(agent_state, m: MetaState, cfg: MetaConfig):
         if group == "gamma":
             factor = 1.0 / factor  # a larger 1 - γ factor lowers γ; keep "up" meaning larger γ
         hp = jax.vmap(lambda h, f, w: scale_group(h, group, f, cfg, w))(hp, factor, replaced)
-    if hasattr(agent_state, "env_state"):
-        updates["env_state"] = agent_state.env_state.replace(params=jax.tree.map(copy, agent_state.env_state.params))
-    agent_state = agent_state.replace(**updates, hparams=hp)
+    env_params = jax.tree.map(copy, env_params)
     # the copies take the source's return averages too, so they are judged afresh from there
     copied_meta = {f: copy(getattr(m, f)) for f in ("return_fast", "return_slow", "arm_start_return", "stage",
                                                     "stage_hold")}
-    return agent_state, m.replace(**copied_meta), source
+    return learner, hp, env_params, m.replace(**copied_meta), source
 
 
 # -- curriculum ----------------------------------------------------------------------------------
@@ -384,16 +331,17 @@ def curriculum_update(m: MetaState, value: jax.Array, hparams, env_params, stage
 _NO_BOUNDS = MetaConfig()  # only passed with clip=False
 
 
-def meta_metrics(m: MetaState, cfg: MetaConfig, max_entropy: float | None, src: SignalSources) -> dict[str, Any]:
-    """The signals the meta-controller acted on, as metrics (per seed)."""
+def meta_metrics(m: MetaState, cfg: MetaConfig, max_entropy: float | None, present=()) -> dict[str, Any]:
+    """The signals the meta-controller acted on, as metrics (per seed); `present`: the optional
+    signals the agent reports (`Signals.present()`)."""
     out = {"meta_return_trend": return_trend(m)}
-    if src.loss is not None:
+    if "value_loss" in present:
         out["meta_loss_trend"] = loss_trend(m)
-    if src.entropy is not None:
+    if "entropy" in present:
         out["meta_entropy_rate"] = entropy_rate(m, max_entropy)
         if max_entropy:
             out["meta_entropy_ratio"] = m.entropy_fast / max_entropy
-    if src.explore is not None:
+    if "explore" in present:
         out["meta_explore"] = m.explore
     if cfg.mode == "bandit":
         out["meta_arm"] = m.arm

@@ -1,0 +1,141 @@
+"""The protocol between an agent and the layers it shares (driver, meta-controller, PBT,
+curriculum, precision, devices, checkpoints).
+
+An agent gets every shared layer by implementing what is declared here — typed structures and
+methods — and nothing is found by the name of a metric or of a state field:
+
+- `HParams`: a `flax.struct.dataclass` whose fields are made with `hparam(group)`. The group
+  (`"lr"`, `"gamma"`, `"eps"` or None) says which `meta:` bounds apply to the field and which
+  moves of the meta-controller and PBT touch it; a user may name a group in `meta.arms` or
+  `curriculum.stages[].hparams` and it stands for every field of that group.
+- `signals(metrics) -> Signals`: what one iteration of one seed tells the meta-controller. An
+  agent fills the signals it has; a field left None is one it has not (PPO explores through its
+  entropy and has no ε share), and the rules that read it then do nothing.
+- `learner(state) -> Learner` and `with_learner(state, learner) -> state`: the learned parts of
+  the state (parameters, target parameters, optimiser state, other learned values such as SAC's
+  temperature); PBT copies exactly these, with the hyperparameters, from a good seed to a bad one.
+- The state itself is a `flax.struct.dataclass` with at least `params` (what `act` takes),
+  `env_state` (a `rmtjax.envs.VecEnvState`), `hparams` and `precision` (a
+  `rmtjax.precision.PrecisionState`); the driver, evaluation and checkpoints read those.
+- `data_parallel` and `check_devices(config, devices)`: whether the agent trains on several
+  devices, and what its config must satisfy for it (say, a batch that splits evenly).
+
+`rmtjax.agents.base.Agent` implements the clock and the bookkeeping; `AgentProtocol` below is
+the whole contract, checked in the tests by a toy agent that implements only it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Protocol, runtime_checkable
+
+import jax
+from flax import struct
+
+# hyperparameter groups the meta-controller knows: each has bounds in `meta:` and a move
+GROUPS = ("lr", "gamma", "eps")
+
+
+def hparam(group: str | None = None):
+    """A field of an agent's `HParams`; `group` is one of `GROUPS` or None (no meta move)."""
+    if group is not None and group not in GROUPS:
+        raise ValueError(f"hparam(group={group!r}): groups are {', '.join(GROUPS)} or None")
+    return struct.field(pytree_node=True, metadata={"hparam_group": group})
+
+
+def hparam_names(hparams) -> tuple[str, ...]:
+    """The field names of an `HParams` class or instance."""
+    return tuple(f.name for f in dataclasses.fields(hparams))
+
+
+def hparam_groups(hparams) -> dict[str, tuple[str, ...]]:
+    """group -> the fields of an `HParams` class or instance declared in it (groups with none
+    are left out)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for f in dataclasses.fields(hparams):
+        group = f.metadata.get("hparam_group")
+        if group is not None:
+            out[group] = out.get(group, ()) + (f.name,)
+    return out
+
+
+def group_of(hparams, name: str) -> str | None:
+    """The group of field `name` of an `HParams` class or instance (None if it has none)."""
+    for f in dataclasses.fields(hparams):
+        if f.name == name:
+            return f.metadata.get("hparam_group")
+    raise KeyError(name)
+
+
+@struct.dataclass
+class Signals:
+    """One iteration of one seed, as the meta-controller reads it (float32 scalars).
+
+    `episode_return`: mean return of the envs' last completed episodes (0 before the first);
+    `episodes`: episodes completed this iteration; `value_loss`: the value (TD, critic) loss, 0
+    where no gradient step was taken; `entropy`: the policy's entropy; `explore`: the share of
+    exploratory actions (or the entropy over its maximum). None: the agent has no such signal.
+    """
+
+    episode_return: jax.Array
+    episodes: jax.Array
+    value_loss: jax.Array | None = None
+    entropy: jax.Array | None = None
+    explore: jax.Array | None = None
+
+    def present(self) -> tuple[str, ...]:
+        """The optional signals this agent reports (static: fixed by the agent)."""
+        return tuple(n for n in ("value_loss", "entropy", "explore") if getattr(self, n) is not None)
+
+
+@struct.dataclass
+class Learner:
+    """The learned parts of an agent's state: what PBT copies between seeds.
+
+    `target`: the target network's parameters (None without one); `extra`: other learned
+    values (a mapping name -> array, e.g. SAC's log temperature; None without any)."""
+
+    params: Any
+    opt_state: Any
+    target: Any = None
+    extra: Any = None
+
+
+@runtime_checkable
+class AgentProtocol(Protocol):
+    """What the shared layers call. `Config` is the agent's config section (`rmtjax.schema.
+    Section`) and `HParams` its hyperparameters (fields from `hparam`)."""
+
+    Config: type
+    HParams: type
+    data_parallel: bool
+
+    @property
+    def steps_per_iteration(self) -> int: ...
+
+    @property
+    def num_iterations(self) -> int: ...
+
+    @property
+    def max_entropy(self) -> float | None:
+        """log of the number of choices the policy's entropy is measured over, if finite."""
+
+    def default_hparams(self, overrides=None): ...
+
+    def init(self, key, hparams=None): ...
+
+    def step(self, state, t) -> tuple[Any, dict]: ...
+
+    def act(self, params, obs, key=None): ...
+
+    def signals(self, metrics) -> Signals: ...
+
+    def learner(self, state) -> Learner: ...
+
+    def with_learner(self, state, learner: Learner): ...
+
+    @classmethod
+    def settings(cls, agent_cfg): ...
+
+    @classmethod
+    def check_devices(cls, config, devices: int) -> None: ...

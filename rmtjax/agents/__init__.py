@@ -1,6 +1,8 @@
 """The agent registry: algorithm name -> agent class (each with a `Config` section).
 
-Modules are imported on first use, so reading a config does not build every agent.
+Modules are imported on first use, so reading a config does not build every agent. A new agent
+joins with `register_agent(name, cls_or_path)`; it gets the shared layers (meta-controller,
+PBT, curriculum, precision, devices, run directories) by implementing `rmtjax.protocol`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,24 @@ _REGISTRY = {
 }
 
 
+def register_agent(name: str, agent) -> None:
+    """Make `algo: name` build `agent`: an agent class, or `"module:Class"` imported on first use
+    (a process that resumes a run directory must register its agent again before it does)."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"register_agent: the name must be an identifier, got {name!r}")
+    if isinstance(agent, str):
+        if agent.count(":") != 1:
+            raise ValueError(f"register_agent({name!r}, {agent!r}): expected 'module:Class'")
+    else:
+        members = ("Config", "HParams", "data_parallel", "settings", "check_devices", "init", "step", "act",
+                   "signals", "learner", "with_learner", "max_entropy", "steps_per_iteration", "num_iterations")
+        missing = [m for m in members if not hasattr(agent, m)]
+        if not isinstance(agent, type) or missing:
+            raise TypeError(f"register_agent({name!r}): {agent!r} is not an agent class implementing "
+                            f"rmtjax.protocol.AgentProtocol{' (missing ' + ', '.join(missing) + ')' if missing else ''}")
+    _REGISTRY[name] = agent
+
+
 def available_algos() -> list[str]:
     return sorted(_REGISTRY)
 
@@ -25,7 +45,10 @@ def agent_class(algo: str):
 
     if algo not in _REGISTRY:
         raise ConfigError(f"algo: unknown algorithm {algo!r}.{close_matches(algo, _REGISTRY)}")
-    module, name = _REGISTRY[algo].split(":")
+    entry = _REGISTRY[algo]
+    if not isinstance(entry, str):
+        return entry
+    module, name = entry.split(":")
     return getattr(importlib.import_module(module), name)
 
 

@@ -80,9 +80,9 @@ class PQNConfig(Section):
                               f"got {list(self.hidden)}")
 
     def validate_with(self, env, train):
-        from rmtjax.envs import make_env
+        from rmtjax.envs import env_spec
 
-        spec = make_env(env).spec
+        spec = env_spec(env)
         if not spec.discrete:
             raise ConfigError(f"algo: pqn needs discrete actions; {env.id} has continuous (box) actions. Use rmt "
                               f"(bins each action dimension), ppo or sac")

@@ -132,9 +132,9 @@ class RMTConfig(Section):
         if train.total_steps < per_iter:
             raise ConfigError(f"train.total_steps: {train.total_steps} is less than one iteration ({per_iter})")
         if self.torso == "cnn":
-            from rmtjax.envs import make_env
+            from rmtjax.envs import env_spec
 
-            if len(make_env(env).spec.obs_shape) != 3:
+            if len(env_spec(env).obs_shape) != 3:
                 raise ConfigError("agent.torso: 'cnn' needs image observations [H, W, C]; this env's are not")
 
 

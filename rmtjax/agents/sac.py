@@ -63,9 +63,9 @@ class SACConfig(Section):
                               f"{self.log_std_max}")
 
     def validate_with(self, env, train):
-        from rmtjax.envs import make_env
+        from rmtjax.envs import env_spec
 
-        if make_env(env).spec.discrete:
+        if env_spec(env).discrete:
             raise ConfigError(f"algo: sac needs continuous (box) actions; {env.id} has discrete actions "
                               f"(use ppo, or a continuous env such as Pendulum-v1)")
         if self.buffer_size < env.num_envs:

@@ -21,7 +21,7 @@ import importlib
 from rmtjax.envs.vec import EnvSpec, VecEnv, VecEnvState, episode_metrics, final_return
 
 __all__ = ["Adapter", "EnvSpec", "VecEnv", "VecEnvState", "adapter_prefixes", "available_envs", "check_env_id",
-           "episode_metrics", "final_return", "is_host_env", "make_env", "split_id"]
+           "env_spec", "episode_metrics", "final_return", "is_host_env", "make_env", "split_id"]
 
 # Ids that gymnax registers but that need a data download at construction; not offered here.
 _NEEDS_DOWNLOAD = {"MNISTBandit-bsuite"}
@@ -141,6 +141,22 @@ def make_env(env_cfg) -> VecEnv:
         params = params.replace(**{k: jnp.asarray(v, jnp.asarray(getattr(params, k)).dtype) if isinstance(v, list) else v
                                    for k, v in checked.items()})
     return VecEnv(env, params, env_cfg)
+
+
+_SPECS: dict = {}
+
+
+def env_spec(env_cfg) -> EnvSpec:
+    """The `EnvSpec` of the environment `env_cfg` describes, for config checks: built once (one
+    env, stepped in this process) per distinct id, parameters and wrappers, then remembered, so
+    validating a config again — an override, a resume — builds nothing."""
+    import json
+
+    key = (env_cfg.id, json.dumps(env_cfg.params, sort_keys=True, default=repr), env_cfg.frame_stack,
+           env_cfg.normalize_obs)
+    if key not in _SPECS:
+        _SPECS[key] = make_env(dataclasses.replace(env_cfg, num_envs=1, host_vectorization="sync")).spec
+    return _SPECS[key]
 
 
 def check_env_params(env_id: str, defaults, overrides) -> dict:

@@ -31,3 +31,18 @@ def test_available_envs_lists_gymnax_and_prefixed_ids():
 def test_host_envs_are_told_apart_from_jax_envs():
     assert envs.is_host_env("gymnasium:CartPole-v1")
     assert not envs.is_host_env("brax:ant") and not envs.is_host_env("CartPole-v1")
+
+
+def test_config_checks_build_an_environment_once_per_distinct_env(monkeypatch):
+    import rmtjax
+    from rmtjax import envs
+
+    built = []
+    make = envs.make_env
+    monkeypatch.setattr(envs, "_SPECS", {})
+    monkeypatch.setattr(envs, "make_env", lambda cfg: built.append(cfg.id) or make(cfg))
+    cfg = rmtjax.make_config("pqn", "CartPole-v1", {"train.total_steps": 10_000})
+    cfg.override({"agent.lr": 1e-4}).override({"train.num_seeds": 2})
+    rmtjax.make_config("pqn", "Acrobot-v1")
+    assert built == ["CartPole-v1", "Acrobot-v1"]
+    assert envs.env_spec(cfg.env).num_actions == 2

@@ -31,11 +31,9 @@ import jax
 import numpy as np
 
 import rmtjax
-from rmtjax.agents import build_agent
 from rmtjax.config import _preset_path, parse_override
 from rmtjax.envs import make_env
-from rmtjax.meta import controller as meta_controller
-from rmtjax.driver import _masked_chunk, _scan_steps
+from rmtjax.driver import Program, _masked_chunk, _scan_steps
 
 from benchmarks.common import write_table
 from benchmarks.stats import iqm_ci
@@ -72,8 +70,8 @@ def loop_cost(env_id: str, modes, args) -> dict[str, tuple[float, float, float, 
     progs = {}
     for mode in modes:
         cfg = config_for(env_id, mode, args)
-        agent = build_agent(cfg)
-        init, vstep = meta_controller.wrap(cfg, agent)
+        program = Program(cfg)
+        agent, init, vstep = program.agent, program.init, program.step
         keys = jax.random.split(jax.random.key(args.seed), cfg.train.num_seeds)
         state = jax.jit(lambda k: init(k, None))(keys)
         iters = args.cost_iters

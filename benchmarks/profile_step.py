@@ -55,14 +55,12 @@ def _checksum(tree):
 
 def profile(cfg: rmtjax.Config, iters: int = 500, reps: int = 3, seed: int = 0) -> dict:
     """{phase: µs per iteration} and the facts of the run (see the module docstring)."""
-    from rmtjax.agents import build_agent
-    from rmtjax.meta import controller
-    from rmtjax.driver import _masked_chunk
+    from rmtjax.driver import Program, _masked_chunk
 
-    agent = build_agent(cfg)
+    program = Program(cfg)
+    agent, init, vstep = program.agent, program.init, program.step
     if not hasattr(agent, "_learn"):
         raise SystemExit(f"profile_step profiles the value-based agents (rmt, dqn); {cfg.algo} has no phase functions")
-    init, vstep = controller.wrap(cfg, agent)
     keys = jax.random.split(jax.random.key(seed), cfg.train.num_seeds)
     state = jax.jit(lambda k: init(k, None))(keys)
 

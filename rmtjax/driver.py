@@ -114,35 +114,66 @@ def _masked_chunk(vstep: Callable, max_length: int) -> Callable:
     return run
 
 
+class Program:
+    """One run's composition, in one place for `make_train`, `train`, `load_run` and `evaluate`:
+    the agent (`rmtjax.protocol`), vmapped over seeds → the meta layer (`rmtjax.meta.controller`,
+    when on) → a scan of iterations → the devices (`rmtjax.distributed.ShardedRun`, when more
+    than one).
+
+    `init(keys, hparams) -> state` and `step(state, t) -> (state, metrics)` are batched over seeds
+    (one device's view); `sharded` is None on one device.
+    """
+
+    def __init__(self, config: Config):
+        self.config = config
+        self.agent = agent = build_agent(config)
+        vinit = lambda keys, hparams=None: jax.vmap(lambda k: agent.init(k, hparams))(keys)  # noqa: E731
+        vstep = jax.vmap(agent.step, in_axes=(0, None))  # `t` is the same for every seed
+        self.init, self.step = meta_controller.compose(config, agent, vinit, vstep)
+        self.sharded = distributed.sharded_run(config)
+
+    @property
+    def num_iterations(self) -> int:
+        return self.agent.num_iterations
+
+    def initial_state(self, keys, hparams=None):
+        """The batched state of a fresh run (on every device of the mesh, stacked, when sharded)."""
+        if self.sharded is None:
+            return jax.jit(lambda k: self.init(k, hparams))(keys)
+        return self.sharded.init(self.init)(keys, hparams)
+
+    def chunk(self, max_length: int) -> Callable:
+        """`(state, start, length) -> (state, metrics)`: up to `max_length` iterations from `start`."""
+        chunk = _masked_chunk(self.step, max_length)
+        return chunk if self.sharded is None else self.sharded.chunk(chunk)
+
+    def whole(self) -> Callable:
+        """The whole run as one function `(key, hparams) -> (state, metrics [num_seeds, iterations])`."""
+        run = _scan_steps(self.step, self.num_iterations)
+        seeds = self.config.train.num_seeds
+        if self.sharded is not None:
+            fn = self.sharded.train_fn(self.init, run)  # the state comes back stacked over the devices
+        else:
+            def fn(key, hparams=None):
+                return run(self.init(jax.random.split(key, seeds), hparams))
+
+        def train_fn(key, hparams: Mapping[str, Any] | None = None):
+            state, metrics = fn(key, hparams)
+            return state, jax.tree.map(lambda m: m.T, metrics)
+
+        return train_fn
+
+
 def make_train(config: Config) -> Callable:
     """The whole run as one pure function `train_fn(key, hparams=None) -> (state, metrics)`.
 
     `hparams` optionally overrides initial hyperparameters (name -> scalar array), so a grid
     is `jax.vmap(train_fn, in_axes=(None, 0))(key, {"lr": lrs})`. Metrics are `[num_seeds,
-    num_iterations]` arrays; the state is batched over seeds.
+    num_iterations]` arrays; the state is batched over seeds (and stacked over the devices,
+    `[D, num_seeds, ...]`, on several).
     """
     cache.enable()
-    agent = build_agent(config)
-    init, vstep = meta_controller.wrap(config, agent)
-    run = _scan_steps(vstep, agent.num_iterations)
-    sharded = distributed.sharded_run(config)
-    if sharded is not None:
-        # the state comes back stacked over the devices, [D, num_seeds, ...]
-        sharded_fn = sharded.train_fn(init, run)
-
-        def sharded_train_fn(key, hparams: Mapping[str, Any] | None = None):
-            state, metrics = sharded_fn(key, hparams)
-            return state, jax.tree.map(lambda m: m.T, metrics)
-
-        return sharded_train_fn
-
-    def train_fn(key, hparams: Mapping[str, Any] | None = None):
-        keys = jax.random.split(key, config.train.num_seeds)
-        state = init(keys, hparams)
-        state, metrics = run(state)
-        return state, jax.tree.map(lambda m: m.T, metrics)
-
-    return train_fn
+    return Program(config).whole()
 
 
 def train(config: Config | None, key: jax.Array | None = None, *, hparams: Mapping[str, Any] | None = None,
@@ -197,21 +228,15 @@ def _open_run(config, key, hparams, run_dir, resume):
 
 
 def _drive(config: Config, key, hparams, progress, on_chunk, run) -> TrainResult:
-    agent = build_agent(config)
+    program = Program(config)
+    agent, sharded = program.agent, program.sharded  # sharded: None on one device
     n_iter = agent.num_iterations
     n_chunks = min(config.train.num_chunks, n_iter)
     chunk_len = math.ceil(n_iter / n_chunks)
     show = config.train.progress if progress is None else progress
 
-    init, vstep = meta_controller.wrap(config, agent)
-    sharded = distributed.sharded_run(config)  # None: one device
-
     t0 = time.perf_counter()
-    keys = jax.random.split(key, config.train.num_seeds)
-    if sharded is None:
-        fresh = state = jax.jit(lambda k: init(k, hparams))(keys)
-    else:
-        fresh = state = sharded.init(init)(keys, hparams)
+    fresh = state = program.initial_state(jax.random.split(key, config.train.num_seeds), hparams)
     compile_seconds = time.perf_counter() - t0
 
     chunks: list[dict] = []  # each chunk's metrics, name -> [length, num_seeds]
@@ -229,10 +254,7 @@ def _drive(config: Config, key, hparams, progress, on_chunk, run) -> TrainResult
         # One compiled chunk serves every chunk: the last, shorter one skips its surplus iterations.
         # It is always lowered from the fresh state (whose weak types a restored state lacks), so
         # a resumed run executes the very program the uninterrupted one does.
-        chunk_fn = _masked_chunk(vstep, chunk_len)
-        if sharded is not None:
-            chunk_fn = sharded.chunk(chunk_fn)
-        chunk = jax.jit(chunk_fn, donate_argnums=0).lower(fresh, np.int32(0), np.int32(chunk_len)).compile()
+        chunk = jax.jit(program.chunk(chunk_len), donate_argnums=0).lower(fresh, np.int32(0), np.int32(chunk_len)).compile()
         compile_seconds += time.perf_counter() - t0
     del fresh
     start = done
@@ -284,8 +306,7 @@ def load_run(run_dir) -> TrainResult:
     cache.enable()
     run = RunDir.open(run_dir)
     config = run.config
-    init, _ = meta_controller.wrap(config, build_agent(config))
-    like = jax.jit(init)(jax.random.split(run.key, config.train.num_seeds))
+    like = Program(config).initial_state(jax.random.split(run.key, config.train.num_seeds))
     snap = run.restore(like, set_aside=False)
     if snap is None:
         raise CheckpointError(f"{run.path} has no checkpoint yet (the run stopped before its first one)")

@@ -1,10 +1,11 @@
-"""What the driver calls: the batched agent state wrapped with the meta state, and one step.
+"""The meta layer the driver composes onto the batched agent: the meta state beside the agent's.
 
-With `meta.mode: off` and no curriculum stages the driver does not use this at all (the run
-is the agent's own scan, bit for bit as before). Otherwise the state the driver scans,
-checkpoints and returns is a `MetaTrainState`: the agent's state and, beside it, the
-`MetaState`, both batched over seeds. `params`, `env_state` and `hparams` read through to the
-agent's, so evaluation and `final_return` see it like an agent state.
+With `meta.mode: off` and no curriculum the driver does not compose it at all (the run is the
+agent's own scan, bit for bit). Otherwise the state the driver scans, checkpoints and returns is
+a `MetaTrainState`: the agent's state and, beside it, the `MetaState`, both batched over seeds.
+`params`, `env_state` and `hparams` read through to the agent's, so evaluation and
+`final_return` see it like an agent state. The driver owns the vmap over seeds; this layer
+receives the batched agent functions and reads the agent only through `rmtjax.protocol`.
 """
 
 from __future__ import annotations
@@ -63,9 +64,10 @@ class Controller:
             agent_state = agent_state.replace(hparams=core.apply_arm(agent_state.hparams, meta.arm, self.cfg))
         return MetaTrainState(agent_state, meta)
 
-    def step(self, state: MetaTrainState, t):
-        """Iteration `t` of every seed: the vmapped agent step, then the meta update."""
-        agent_state, metrics = jax.vmap(self.agent.step, in_axes=(0, None))(state.agent, t)
+    def step(self, state: MetaTrainState, t, agent_step):
+        """Iteration `t` of every seed: the driver's batched `agent_step(states, t)`, then the
+        meta update."""
+        agent_state, metrics = agent_step(state.agent, t)
         signals = jax.vmap(self.agent.signals)(metrics)  # the agent's typed signals (rmtjax.protocol)
         signals = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), signals)
         meta = state.meta
@@ -96,18 +98,16 @@ class Controller:
         return MetaTrainState(agent_state, meta), {**metrics, **hp_metrics, **extra}
 
 
-def wrap(config, agent):
-    """(batched init `(keys, hparams) -> state`, batched step `(state, t) -> (state, metrics)`)
-    for the driver: the agent's own when the meta-controller and curriculum are off. The
-    iteration index `t` is shared by the seeds (not batched)."""
+def compose(config, agent, init, step):
+    """The meta layer over the driver's batched agent functions `init(keys, hparams) -> states`
+    and `step(states, t) -> (states, metrics)` (`t` shared by the seeds): the same two functions
+    with the meta state beside the agent's, or `init` and `step` themselves when the
+    meta-controller and the curriculum are off."""
     if not is_active(config):
-        def init(keys, hparams=None):
-            return jax.vmap(lambda k: agent.init(k, hparams))(keys)
-
-        return init, jax.vmap(agent.step, in_axes=(0, None))
+        return init, step
     ctl = Controller(config, agent)
 
-    def init(keys, hparams=None):
-        return jax.vmap(lambda k: ctl.init(k, agent.init(k, hparams)))(keys)
+    def meta_init(keys, hparams=None):
+        return jax.vmap(ctl.init)(keys, init(keys, hparams))
 
-    return init, ctl.step
+    return meta_init, lambda state, t: ctl.step(state, t, step)

@@ -28,6 +28,8 @@ class ConfigError(ValueError):
 
 # Integers end up in int32 arrays and loop counts inside the compiled program.
 INT_MAX = 2**31 - 1
+# Numbers become float32 arrays: beyond this they would be inf.
+FLOAT32_MAX = 3.4028234663852886e38
 
 
 def param(default, *, lo=None, hi=None, lo_open=False, hi_open=False, choices=None, doc=""):
@@ -101,10 +103,15 @@ class Section:
             m = f.metadata
             if m.get("choices") is not None and value not in m["choices"]:
                 raise ConfigError(f"{path}: {value!r} is not one of {list(m['choices'])}")
+            if isinstance(value, tuple) and not value and f.default:  # issue 20: hidden=[] is no network
+                raise ConfigError(f"{path}: expected at least one value, got an empty list "
+                                  f"(the default is {list(f.default)})")
             items = value if isinstance(value, tuple) else (value,)
             for v in items:
                 if not isinstance(v, (int, float)) or isinstance(v, bool):
                     continue
+                if isinstance(v, float) and abs(v) > FLOAT32_MAX:  # numbers become float32 arrays (issue 20)
+                    raise ConfigError(f"{path}: {value!r} does not fit in a 32-bit float (|x| ≤ {FLOAT32_MAX:.4g})")
                 lo, hi = m.get("lo"), m.get("hi")
                 if hi is None and isinstance(v, int):
                     hi = INT_MAX
@@ -163,7 +170,8 @@ class EnvConfig(Section):
     obs_norm_window: int = param(0, lo=0, doc="0: statistics over the whole run; N: over the last N steps")
     normalize_reward: bool = param(False, doc="divide rewards by the std of the discounted return")
     reward_gamma: float = param(0.99, lo=0.0, hi=1.0, doc="discount used by reward normalisation")
-    reward_scale: float = param(1.0, lo=0.0, lo_open=True, doc="constant factor on rewards")
+    reward_scale: float = param(1.0, lo=0.0, lo_open=True, hi=1e6,
+                                doc="constant factor on rewards (at most 1e6: returns are float32 sums)")
     reward_clip: float = param(0.0, lo=0.0, doc="clip rewards to [-c, c] after scaling; 0 disables")
     frame_stack: int = param(1, lo=1, hi=64, doc="number of most recent observations stacked")
 
@@ -285,7 +293,16 @@ class Config:
         data = self.to_dict()
         for dotted, value in (overrides or {}).items():
             _set_dotted(data, dotted, value)
-        return Config.from_dict(data)
+        try:
+            return Config.from_dict(data)
+        except ConfigError as e:
+            if data.get("algo") == self.algo or not str(e).startswith("unknown key agent."):
+                raise
+            # issue 20: `--set algo=X` keeps the agent section, which is the old algorithm's
+            raise ConfigError(f"algo: changed from {self.algo!r} to {data['algo']!r}, but the agent section is "
+                              f"{self.algo}'s and {data['algo']} does not take all of it ({e}). Choose the algorithm "
+                              f"with --algo {data['algo']} (or make_config({data['algo']!r}, ...)), which starts from "
+                              f"its own agent section, or give {data['algo']}'s agent fields in the config") from None
 
 
 def _precision_config_class():
@@ -369,17 +386,14 @@ def make_config(algo: str, env: str = "CartPole-v1", overrides: Mapping[str, Any
 
 def load_config(path) -> Config:
     """Read a YAML config file; every problem is reported as a `ConfigError` naming the file."""
+    from rmtjax import configfile  # size-bounded read; a key given twice is an error (issue 20)
+
     path = Path(path)
+    text = configfile.read_text(path, ConfigError)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path} is not a text (UTF-8) file: {e.reason} at byte {e.start}") from None
-    try:
-        data = yaml.safe_load(text)
+        data = configfile.parse_yaml(text)
     except yaml.YAMLError as e:
-        raise ConfigError(f"{path} is not valid YAML: {e}") from None
+        raise ConfigError(f"{path} is not valid YAML: {' '.join(str(e).split())}") from None
     except RecursionError:
         raise ConfigError(f"{path} is not a usable config: its YAML is nested too deeply") from None
     if not isinstance(data, dict):

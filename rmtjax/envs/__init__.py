@@ -20,8 +20,8 @@ import importlib
 
 from rmtjax.envs.vec import EnvSpec, VecEnv, VecEnvState, episode_metrics, final_return
 
-__all__ = ["Adapter", "EnvSpec", "VecEnv", "VecEnvState", "adapter_prefixes", "available_envs", "check_env_id",
-           "episode_metrics", "final_return", "is_host_env", "make_env", "split_id"]
+__all__ = ["Adapter", "EnvSpec", "VecEnv", "VecEnvState", "adapter_prefixes", "allow_import", "allowed_imports",
+           "available_envs", "check_env_id", "episode_metrics", "final_return", "is_host_env", "make_env", "split_id"]
 
 # Ids that gymnax registers but that need a data download at construction; not offered here.
 _NEEDS_DOWNLOAD = {"MNISTBandit-bsuite"}
@@ -41,6 +41,27 @@ _ADAPTERS = {
     "gymnasium": Adapter("rmtjax.envs.gymnasium_env", "gymnasium", "pip install 'gymnasium>=1.1'", True),
     "brax": Adapter("rmtjax.envs.brax_env", "brax", "pip install 'rmtjax[brax]'", False),
 }
+
+
+# Modules that a `gymnasium:<module>:<EnvId>` id may import when its env is built. A config
+# alone never imports anything: the user allows each module here, from outside the config.
+_ALLOWED_IMPORTS: set[str] = set()
+
+
+def allow_import(*modules: str) -> None:
+    """Let environments named `gymnasium:<module>:<EnvId>` import `module` when they are built
+    (importing runs the module's code, so a config or run directory cannot ask for it by
+    itself). The CLI's `--allow-import MODULE` calls this."""
+    from rmtjax.config import ConfigError
+
+    for m in modules:
+        if not isinstance(m, str) or not m or not all(part.isidentifier() for part in m.split(".")):
+            raise ConfigError(f"allow_import: {m!r} is not a module name (e.g. ale_py or my_pkg.envs)")
+    _ALLOWED_IMPORTS.update(modules)
+
+
+def allowed_imports() -> frozenset[str]:
+    return frozenset(_ALLOWED_IMPORTS)
 
 
 def adapter_prefixes() -> list[str]:
@@ -176,5 +197,7 @@ def check_env_params(env_id: str, defaults, overrides) -> dict:
             raise ConfigError(f"env.params.{k}: expected a finite number, got {v!r}")
         if kind in "iu" and not np.all((arr >= -(2**31)) & (arr < 2**31)):
             raise ConfigError(f"env.params.{k}: {v!r} does not fit in a 32-bit integer")
+        if k == "max_steps_in_episode" and not np.all(arr >= 1):  # a time limit of 0 steps ends nothing
+            raise ConfigError(f"env.params.{k}: expected an integer ≥ 1 (the time limit in steps), got {v!r}")
         out[k] = arr.astype({"b": bool, "i": np.int64, "u": np.int64, "f": np.float64}.get(kind, arr.dtype)).tolist()
     return out

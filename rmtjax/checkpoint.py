@@ -77,7 +77,30 @@ def _ocp():
     # does not pay for it
     import orbax.checkpoint as ocp
 
+    _quiet_closed_loop_callbacks()
     return ocp
+
+
+def _quiet_closed_loop_callbacks() -> None:
+    """When a restore fails, orbax closes its asyncio event loop while tensorstore reads are
+    still in flight; each of them then reports "RuntimeError: Event loop is closed" through
+    `sys.unraisablehook` from its own thread — dozens of tracebacks after the one clear
+    message (issue 20). Those, and only those, are dropped; anything else still reaches the
+    hook that was installed before."""
+    import sys
+
+    previous = sys.unraisablehook
+    if getattr(previous, "_rmtjax_quiet", False):
+        return
+
+    def hook(unraisable):
+        exc = unraisable.exc_value
+        if isinstance(exc, RuntimeError) and str(exc) == "Event loop is closed":
+            return
+        previous(unraisable)
+
+    hook._rmtjax_quiet = True
+    sys.unraisablehook = hook
 
 
 class Checkpoints:

@@ -59,7 +59,7 @@ def _integer(text, flag: str, lo: int, hi: int) -> int:
         except ValueError:
             f = None
         if f is None or f != f or f in (float("inf"), float("-inf")) or not f.is_integer():
-            raise ConfigError(f"{flag}: expected an integer in [{lo}, {hi}], got {text!r}") from None
+            raise ConfigError(f"{flag}: expected an integer in [{lo}, {hi:,}], got {text!r}") from None
         value = int(f)
     if not lo <= value <= hi:
         raise ConfigError(f"{flag}: expected an integer in [{lo}, {hi:,}], got {text}")

@@ -165,6 +165,7 @@ def check_total_steps(config, agent) -> None:
     total = config.train.total_steps
     done = agent.num_iterations * per
     if total % per:
+        choices = f"{done:,}" + (f" or {done + per:,}" if done + per <= 2**31 - 1 else "")
         warnings.warn(f"train.total_steps: {total:,} is not a multiple of the {per:,} env steps of one iteration; "
                       f"the run trains {agent.num_iterations:,} iteration(s) = {done:,} env steps per seed "
-                      f"(set train.total_steps: {done:,} or {done + per:,} to say so)", ConfigWarning, stacklevel=3)
+                      f"(set train.total_steps: {choices} to say so)", ConfigWarning, stacklevel=3)

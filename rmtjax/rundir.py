@@ -384,6 +384,8 @@ def _flatten(data, prefix: str = "") -> dict:
 def _nonempty_path(path, what: str) -> Path:
     if path is None or str(path).strip() == "":
         raise RunDirError(f"{what}: an empty path was given; name a directory, e.g. --run-dir runs/ppo1")
+    if "\x00" in str(path):
+        raise RunDirError(f"{what}: {str(path)!r} holds a NUL character, which no path can hold")
     return Path(path)
 
 

@@ -5,7 +5,8 @@ config say exactly how many steps it trains.
 environment states, for every seed: `train.num_seeds` × whatever one seed holds) is known
 exactly from the config by tracing `init` abstractly (`jax.eval_shape`: no array is made,
 nothing is compiled). To it is added what an on-policy agent must hold during an iteration
-(its rollout's observations). The sum is a *lower bound* of what the run needs: a run
+(its rollout's observations), and what one gradient step must keep for backpropagation (each
+hidden layer's output for every sample of the batch). The sum is a *lower bound* of what the run needs: a run
 refused here could never fit, while one that passes may still need more for temporaries.
 The memory compared against is, per device: an accelerator's allocator limit less what is in
 use, or on the CPU the memory the operating system reports available (`MemAvailable`), or
@@ -123,6 +124,25 @@ def _rollout_bytes(config, agent) -> float:
     return float(config.train.num_seeds) * envs * length * obs
 
 
+def _activation_bytes(config) -> float:
+    """A floor on what one gradient step holds for backpropagation: every hidden layer's
+    output for each sample of the update's batch (`agent.batch_size`, or an on-policy
+    minibatch), in the compute dtype, per seed."""
+    c = config.agent
+    hidden = getattr(c, "hidden", None)
+    if not hidden:
+        return 0.0
+    if getattr(c, "batch_size", None):
+        batch = float(c.batch_size)
+    elif getattr(c, "rollout_len", None) and getattr(c, "num_minibatches", None):
+        envs = config.env.num_envs / max(1, config.distributed.devices)
+        batch = envs * c.rollout_len / c.num_minibatches
+    else:
+        return 0.0
+    itemsize = 2 if getattr(config.precision, "compute", "fp32") in ("bf16", "fp16") else 4
+    return float(config.train.num_seeds) * batch * float(sum(hidden)) * itemsize
+
+
 def check_train_fits(config, agent, init, hparams=None) -> float:
     """Raise `MemoryLimitError` when the state of the run `config` describes cannot fit on one
     device; returns the estimate in bytes. Traces `init` abstractly: milliseconds to a second,
@@ -132,6 +152,9 @@ def check_train_fits(config, agent, init, hparams=None) -> float:
     rollout = _rollout_bytes(config, agent)
     if rollout:
         parts["rollout observations"] = rollout
+    activations = _activation_bytes(config)
+    if activations:
+        parts["activations of one update"] = activations
     _refuse_if_too_big(parts, config.train.num_seeds, "training",
                        "lower train.num_seeds, env.num_envs, agent.buffer_size or agent.hidden")
     return sum(parts.values())
@@ -143,18 +166,19 @@ def check_eval_fits(config, params, env, episodes: int) -> float:
     env_state = jax.eval_shape(lambda k: env.reset(k)[1], jax.random.key(0))
     seeds = config.train.num_seeds
     parts = {"params": tree_bytes(params), f"environment states of {episodes:,} episodes": tree_bytes(env_state) * seeds}
-    _refuse_if_too_big(parts, seeds, "evaluation", "lower --episodes (episodes=)")
+    _refuse_if_too_big(parts, seeds, "evaluation", "lower --episodes (episodes=)", "its parameters and episodes")
     return sum(parts.values())
 
 
-def _refuse_if_too_big(parts: dict[str, float], seeds: int, what: str, advice: str) -> None:
+def _refuse_if_too_big(parts: dict[str, float], seeds: int, what: str, advice: str,
+                       scope: str = "its state and one update") -> None:
     total = sum(parts.values())
     memory, source = device_memory()
     if total <= memory:
         return
     biggest = sorted(parts.items(), key=lambda kv: -kv[1])[:3]
     listing = ", ".join(f"{name} {human_bytes(b)}" for name, b in biggest)
-    raise MemoryLimitError(f"{what} needs at least {human_bytes(total)} of memory per device for its state "
+    raise MemoryLimitError(f"{what} needs at least {human_bytes(total)} of memory per device for {scope} "
                            f"({seeds:,} seed(s); largest parts: {listing}), but there is {human_bytes(memory)} "
                            f"({source}); {advice}")
 

@@ -228,7 +228,8 @@ def test_the_estimate_is_the_bytes_of_the_state_the_run_makes(small_run):
                for x in jax.tree.leaves(small_run["result"].state))
     assert limits.tree_bytes(limits.state_shapes(cfg, init)) == made
     rollout = 4 * 64 * 4 * 4  # envs × rollout_len × CartPole's 4 float32 observations
-    assert limits.check_train_fits(cfg, agent, init) == made + rollout
+    activations = 4 * 64 / 4 * 8 * 4  # a minibatch (envs × rollout_len / 4) × hidden width 8 × float32
+    assert limits.check_train_fits(cfg, agent, init) == made + rollout + activations
 
 
 def test_evaluation_with_too_many_episodes_is_refused_before_compiling(small_run, monkeypatch):

@@ -6,7 +6,9 @@ A checkpoint is one orbax step directory, `DIR/<iterations done>/`, holding thre
 - `state`: the agent state batched over seeds, exactly as the driver holds it (typed PRNG
   keys included);
 - `history`: every metric so far, name -> array `[iterations done, num_seeds]`;
-- `meta`: JSON with the iterations and chunks done and a SHA-256 of `state` and of `history`.
+- `meta`: JSON with the iterations and chunks done, a SHA-256 of `state` and of `history`,
+  and the run's config (as a mapping, with its SHA-256) so that a resume can tell when the
+  config.yaml beside it was edited since.
 
 Orbax writes a step into `<step>.orbax-checkpoint-tmp` and renames it to `<step>` only after
 everything is on disk (`commit_success.txt` last), so a process killed mid-write leaves the
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import shutil
+import json
 import warnings
 from pathlib import Path
 from typing import Any
@@ -50,6 +52,12 @@ class Snapshot:
     chunks: int  # compiled chunks done
     step: int  # the orbax step (== iterations)
     skipped: list[tuple[int, str]]  # newer checkpoints that were unusable: (step, reason)
+    config: dict | None = None  # the config the run had when this checkpoint was written (None: older format)
+
+
+def config_digest(config_dict: dict) -> str:
+    """SHA-256 of a config mapping (`Config.to_dict()`), independent of key order."""
+    return hashlib.sha256(json.dumps(config_dict, sort_keys=True).encode()).hexdigest()
 
 
 def tree_digest(tree) -> str:
@@ -69,7 +77,30 @@ def _ocp():
     # does not pay for it
     import orbax.checkpoint as ocp
 
+    _quiet_closed_loop_callbacks()
     return ocp
+
+
+def _quiet_closed_loop_callbacks() -> None:
+    """When a restore fails, orbax closes its asyncio event loop while tensorstore reads are
+    still in flight; each of them then reports "RuntimeError: Event loop is closed" through
+    `sys.unraisablehook` from its own thread — dozens of tracebacks after the one clear
+    message (issue 20). Those, and only those, are dropped; anything else still reaches the
+    hook that was installed before."""
+    import sys
+
+    previous = sys.unraisablehook
+    if getattr(previous, "_rmtjax_quiet", False):
+        return
+
+    def hook(unraisable):
+        exc = unraisable.exc_value
+        if isinstance(exc, RuntimeError) and str(exc) == "Event loop is closed":
+            return
+        previous(unraisable)
+
+    hook._rmtjax_quiet = True
+    sys.unraisablehook = hook
 
 
 class Checkpoints:
@@ -97,13 +128,17 @@ class Checkpoints:
             return []
         return sorted(self._manager.all_steps())
 
-    def save(self, state, history: dict[str, np.ndarray], iterations: int, chunks: int) -> None:
-        """Write a checkpoint at step `iterations` and return when it is complete on disk."""
+    def save(self, state, history: dict[str, np.ndarray], iterations: int, chunks: int,
+             config: dict | None = None) -> None:
+        """Write a checkpoint at step `iterations` and return when it is complete on disk.
+        `config`: the run's config as a mapping, stored with its digest."""
         assert self.writable, "a checkpoint directory opened for reading does not save"
         ocp = _ocp()
         history = {k: np.asarray(v) for k, v in history.items()}
         meta = {"format": FORMAT, "iterations": int(iterations), "chunks": int(chunks),
                 "state_sha256": tree_digest(state), "history_sha256": tree_digest(history)}
+        if config is not None:
+            meta.update(config=config, config_sha256=config_digest(config))
         self._manager.save(int(iterations), force=True, args=ocp.args.Composite(
             state=ocp.args.StandardSave(state), history=ocp.args.StandardSave(history),
             meta=ocp.args.JsonSave(meta)))
@@ -158,28 +193,49 @@ class Checkpoints:
             raise ValueError("the state does not match its SHA-256 (damaged files)")
         if tree_digest(history) != meta["history_sha256"]:
             raise ValueError("the metric history does not match its SHA-256 (damaged files)")
-        return Snapshot(state, history, step, int(meta["chunks"]), step, [])
+        return Snapshot(state, history, step, int(meta["chunks"]), step, [], _meta_config(meta))
+
+    def saved_config(self) -> tuple[int, dict] | None:
+        """`(step, config mapping)` of the newest checkpoint whose meta holds a config whose
+        digest matches (unreadable metas are passed over: `restore` reports those); None if
+        no checkpoint has one. Reads only the small JSON item, not the state."""
+        ocp = _ocp()
+        for step in reversed(self.steps()):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    meta = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+            except Exception:  # damaged: restore() says so when it walks past it
+                continue
+            config = _meta_config(meta) if isinstance(meta, dict) else None
+            if config is not None:
+                return step, config
+        return None
 
     def set_aside(self, steps, destination) -> list[Path]:
         """Move the checkpoints at `steps` out of the way into `destination` (kept, not
         deleted: a person may want to look at them); returns where each went."""
-        destination = Path(destination)
-        destination.mkdir(parents=True, exist_ok=True)
+        from rmtjax.safefs import move_within
+
         moved = []
         for step in steps:
             src = self.directory / str(step)
-            if not src.exists():
+            if not src.exists() or src.is_symlink():
                 continue
-            dst, n = destination / str(step), 1
-            while dst.exists():
-                dst, n = destination / f"{step}.{n}", n + 1
-            shutil.move(str(src), str(dst))
-            moved.append(dst)
+            # a rename within the run directory; a planted link at the destination is refused
+            moved.append(move_within(src, destination, str(step)))
         self._manager.reload()
         return moved
 
     def close(self) -> None:
         self._manager.close()
+
+
+def _meta_config(meta: dict) -> dict | None:
+    config = meta.get("config")
+    if not isinstance(config, dict) or meta.get("config_sha256") != config_digest(config):
+        return None
+    return config
 
 
 def _reason(e: BaseException) -> str:

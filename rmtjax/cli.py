@@ -2,14 +2,22 @@
 
     rmtjax train [CONFIG.yaml] [--algo A] [--env E] [--set key=value ...] [--run-dir DIR]
     rmtjax train --resume DIR [--set train.progress=false ...]
-    rmtjax eval DIR [--episodes N] [--seed S]
+    rmtjax eval DIR [--episodes N] [--seed S] [--max-steps N]
+
+Both take `--allow-import MODULE` (repeatable): an env id `gymnasium:MODULE:EnvId` may then
+import MODULE when the env is built; without it no config or run directory makes rmtjax
+import anything. Every failure is one line on stderr: exit 2 for a config or run-directory
+problem the user can fix, 1 for an operating-system error (the message names the path).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 import warnings
+
+SEED_MAX = 2**31 - 1  # like train.seed
 
 DEFAULT_ALGO, DEFAULT_ENV = "ppo", "CartPole-v1"
 
@@ -37,6 +45,41 @@ def _build_config(args):
     return make_config(args.algo or DEFAULT_ALGO, args.env or DEFAULT_ENV, overrides)
 
 
+def _integer(text, flag: str, lo: int, hi: int) -> int:
+    """An integer flag's value in [lo, hi], written as an integer or a whole number (1e4)."""
+    from rmtjax.schema import ConfigError
+
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        try:
+            f = float(text)
+        except ValueError:
+            f = None
+        if f is None or f != f or f in (float("inf"), float("-inf")) or not f.is_integer():
+            raise ConfigError(f"{flag}: expected an integer in [{lo}, {hi:,}], got {text!r}") from None
+        value = int(f)
+    if not lo <= value <= hi:
+        raise ConfigError(f"{flag}: expected an integer in [{lo}, {hi:,}], got {text}")
+    return value
+
+
+def _check_dir_flag(value, flag: str) -> None:
+    from rmtjax.schema import ConfigError
+
+    if value is not None and not value.strip():
+        raise ConfigError(f"{flag}: an empty path was given; name a directory, e.g. {flag} runs/ppo1")
+
+
+def _allow_imports(args) -> None:
+    if getattr(args, "allow_import", None):
+        from rmtjax.envs import allow_import
+
+        allow_import(*args.allow_import)
+
+
 def cmd_train(args) -> int:
     import jax
     import numpy as np
@@ -44,6 +87,10 @@ def cmd_train(args) -> int:
     from rmtjax import cache, distributed
     from rmtjax.driver import train
 
+    args.seed = _integer(args.seed, "--seed", 0, SEED_MAX)
+    _check_dir_flag(args.run_dir, "--run-dir")
+    _check_dir_flag(args.resume, "--resume")
+    _allow_imports(args)
     distributed.initialize()  # a multi-host run (RMTJAX_* variables) joins before JAX starts
     cache.enable(disable=args.no_compile_cache)
     cfg = _build_config(args)
@@ -67,13 +114,15 @@ def cmd_train(args) -> int:
 def cmd_eval(args) -> int:
     import jax
 
-    from rmtjax.config import ConfigError
     from rmtjax.driver import evaluate, load_run
 
-    if args.episodes < 1:
-        raise ConfigError(f"--episodes: expected an integer ≥ 1, got {args.episodes}")
+    episodes = _integer(args.episodes, "--episodes", 1, 2**31 - 1)
+    seed = _integer(args.seed, "--seed", 0, SEED_MAX)
+    max_steps = _integer(args.max_steps, "--max-steps", 1, 2**31 - 1)
+    _check_dir_flag(args.run_dir, "run directory")
+    _allow_imports(args)
     result = load_run(args.run_dir)
-    ev = evaluate(result, episodes=args.episodes, key=jax.random.key(args.seed), max_steps=args.max_steps)
+    ev = evaluate(result, episodes=episodes, key=jax.random.key(seed), max_steps=max_steps)
     print(f"{result.config.algo} on {result.config.env.id} ({args.run_dir}, {result.env_steps:,} env steps per seed): "
           f"{ev.summary()}")
     print(f"mean return {ev.mean:.2f} ± std {ev.std:.2f}")
@@ -85,7 +134,7 @@ def _show_warning(message, category, filename, lineno, file=None, line=None):
 
 
 def main(argv=None) -> int:
-    from rmtjax.config import ConfigError
+    from rmtjax.schema import ConfigError
 
     parser = argparse.ArgumentParser(prog="rmtjax", description="Train RL agents as one compiled JAX program.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -94,7 +143,7 @@ def main(argv=None) -> int:
     p.add_argument("--algo", help=f"algorithm (default {DEFAULT_ALGO})")
     p.add_argument("--env", help=f"environment id (default {DEFAULT_ENV})")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field, e.g. agent.lr=3e-4")
-    p.add_argument("--seed", type=int, help="PRNG seed (default: train.seed)")
+    p.add_argument("--seed", help=f"PRNG seed in [0, {SEED_MAX}] (default: train.seed)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--print-config", action="store_true", help="print the resolved config first")
     p.add_argument("--no-compile-cache", action="store_true",
@@ -102,12 +151,16 @@ def main(argv=None) -> int:
     where = p.add_mutually_exclusive_group()
     where.add_argument("--run-dir", metavar="DIR", help="write config, metrics, checkpoints and summary into DIR")
     where.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last checkpoint")
+    p.add_argument("--allow-import", action="append", metavar="MODULE",
+                   help="let an env id gymnasium:MODULE:EnvId import MODULE (runs its code); repeatable")
     p.set_defaults(func=cmd_train)
     e = sub.add_parser("eval", help="greedy evaluation episodes of a run directory's saved policy")
     e.add_argument("run_dir", help="a run directory written by rmtjax train --run-dir")
-    e.add_argument("--episodes", type=int, default=10, help="episodes per seed (default 10)")
-    e.add_argument("--seed", type=int, default=0, help="PRNG seed of the evaluation environments (default 0)")
-    e.add_argument("--max-steps", type=int, help="cut episodes off after this many steps (default: the env's limit)")
+    e.add_argument("--episodes", default="10", help="episodes per seed (default 10)")
+    e.add_argument("--seed", default="0", help=f"PRNG seed of the evaluation environments in [0, {SEED_MAX}] (default 0)")
+    e.add_argument("--max-steps", help="cut episodes off after this many steps, ≥ 1 (default: the env's limit)")
+    e.add_argument("--allow-import", action="append", metavar="MODULE",
+                   help="let an env id gymnasium:MODULE:EnvId import MODULE (runs its code); repeatable")
     e.set_defaults(func=cmd_eval)
     args = parser.parse_args(argv)
     from rmtjax.checkpoint import CheckpointError
@@ -123,6 +176,34 @@ def main(argv=None) -> int:
         except (RunDirError, CheckpointError) as e:
             print(f"rmtjax: error: {e}", file=sys.stderr)
             return 2
+        except OSError as e:
+            print(f"rmtjax: error: {describe_os_error(e)}", file=sys.stderr)
+            return 1
+
+
+_ADVICE = {
+    errno.ENOSPC: "free space on that device; a run keeps its last complete checkpoint, so continue it with "
+                  "rmtjax train --resume DIR",
+    errno.EROFS: "the file system is read-only: choose a directory on a writable one",
+    errno.EACCES: "permission denied: choose a directory you may write, or fix its permissions",
+    errno.EPERM: "not permitted: choose a directory you may write",
+    errno.ENOTDIR: "a part of the path is a file, not a directory: choose another path",
+    errno.ENOENT: "a part of the path does not exist (or cannot be made there): check the path",
+    errno.EEXIST: "something already exists there: choose another path",
+    errno.EISDIR: "it is a directory: name a file",
+    errno.ELOOP: "a symbolic link is in the way: rmtjax never writes through one; remove it",
+    errno.EDQUOT: "the disk quota is exhausted: free space, then resume",
+}
+
+
+def describe_os_error(e: OSError) -> str:
+    """One line for an operating-system error: what failed, the path, what to do."""
+    what = e.strerror or str(e) or type(e).__name__
+    where = f" {e.filename!s}" if e.filename else ""
+    if e.filename2:
+        where += f" -> {e.filename2!s}"
+    advice = _ADVICE.get(e.errno, "check the path and try again")
+    return f"{what}:{where} ({advice})" if where else f"{what} ({advice})"
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from typing import Any, Mapping
 
 import yaml
 
+from rmtjax import configfile
 from rmtjax.distributed import DistributedConfig
 from rmtjax.meta.config import CurriculumConfig, MetaConfig, check_meta
 from rmtjax.precision import PrecisionConfig
@@ -42,7 +43,8 @@ class EnvConfig(Section):
     obs_norm_window: int = param(0, lo=0, doc="0: statistics over the whole run; N: over the last N steps")
     normalize_reward: bool = param(False, doc="divide rewards by the std of the discounted return")
     reward_gamma: float = param(0.99, lo=0.0, hi=1.0, doc="discount used by reward normalisation")
-    reward_scale: float = param(1.0, lo=0.0, lo_open=True, doc="constant factor on rewards")
+    reward_scale: float = param(1.0, lo=0.0, lo_open=True, hi=1e6,
+                                doc="constant factor on rewards (at most 1e6: returns are float32 sums)")
     reward_clip: float = param(0.0, lo=0.0, doc="clip rewards to [-c, c] after scaling; 0 disables")
     frame_stack: int = param(1, lo=1, hi=64, doc="number of most recent observations stacked")
 
@@ -162,7 +164,16 @@ class Config:
         data = self.to_dict()
         for dotted, value in (overrides or {}).items():
             _set_dotted(data, dotted, value)
-        return Config.from_dict(data)
+        try:
+            return Config.from_dict(data)
+        except ConfigError as e:
+            if data.get("algo") == self.algo or not str(e).startswith("unknown key agent."):
+                raise
+            # `--set algo=X` keeps the agent section, which is the old algorithm's
+            raise ConfigError(f"algo: changed from {self.algo!r} to {data['algo']!r}, but the agent section is "
+                              f"{self.algo}'s and {data['algo']} does not take all of it ({e}). Choose the algorithm "
+                              f"with --algo {data['algo']} (or make_config({data['algo']!r}, ...)), which starts from "
+                              f"its own agent section, or give {data['algo']}'s agent fields in the config") from None
 
 
 def _flatten(data: Mapping, prefix: str = "") -> dict:
@@ -233,16 +244,11 @@ def make_config(algo: str, env: str = "CartPole-v1", overrides: Mapping[str, Any
 def load_config(path) -> Config:
     """Read a YAML config file; every problem is reported as a `ConfigError` naming the file."""
     path = Path(path)
+    text = configfile.read_text(path, ConfigError)  # size-bounded read
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path} is not a text (UTF-8) file: {e.reason} at byte {e.start}") from None
-    try:
-        data = yaml.safe_load(text)
+        data = configfile.parse_yaml(text)  # a key given twice is an error
     except yaml.YAMLError as e:
-        raise ConfigError(f"{path} is not valid YAML: {e}") from None
+        raise ConfigError(f"{path} is not valid YAML: {' '.join(str(e).split())}") from None
     except RecursionError:
         raise ConfigError(f"{path} is not a usable config: its YAML is nested too deeply") from None
     if not isinstance(data, dict):

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping
 import jax
 import numpy as np
 
-from rmtjax import cache, distributed
+from rmtjax import cache, distributed, health, limits
 from rmtjax.agents import build_agent
 from rmtjax.config import Config, ConfigError
 from rmtjax.envs import final_return
@@ -43,6 +43,7 @@ class TrainResult:
     compile_seconds: float
     run_seconds: float
     run_dir: Path | None = None  # where the run was written, if it was
+    warnings: list[str] = dataclasses.field(default_factory=list)  # signs it stopped learning (rmtjax.health)
 
     @property
     def env_steps(self) -> int:
@@ -55,7 +56,8 @@ class TrainResult:
                   if math.isfinite(self.run_seconds) else "")  # a run read back before it finished has none
         return (f"{self.config.algo} on {self.config.env.id}: {self.env_steps:,} env steps × "
                 f"{fr.shape[0]} seed(s){timing}; "
-                f"final return mean {np.nanmean(fr):.1f}, min {np.nanmin(fr):.1f}, max {np.nanmax(fr):.1f}")
+                f"final return mean {np.nanmean(fr):.1f}, min {np.nanmin(fr):.1f}, max {np.nanmax(fr):.1f}"
+                + "".join(f"\nWARNING: {w}" for w in self.warnings))
 
 
 class _MetricPack:
@@ -136,6 +138,12 @@ class Program:
     def num_iterations(self) -> int:
         return self.agent.num_iterations
 
+    def preflight(self, hparams=None) -> None:
+        """What can be told from the config alone, before anything is compiled: whole iterations,
+        and whether the state fits in the device's memory (`rmtjax.limits`)."""
+        limits.check_total_steps(self.config, self.agent)
+        limits.check_train_fits(self.config, self.agent, self.init, hparams)
+
     def initial_state(self, keys, hparams=None):
         """The batched state of a fresh run (on every device of the mesh, stacked, when sharded)."""
         if self.sharded is None:
@@ -173,7 +181,9 @@ def make_train(config: Config) -> Callable:
     `[D, num_seeds, ...]`, on several).
     """
     cache.enable()
-    return Program(config).whole()
+    program = Program(config)
+    program.preflight()
+    return program.whole()
 
 
 def train(config: Config | None, key: jax.Array | None = None, *, hparams: Mapping[str, Any] | None = None,
@@ -191,10 +201,14 @@ def train(config: Config | None, key: jax.Array | None = None, *, hparams: Mappi
     if config is not None:
         distributed.initialize(config)  # a multi-host run joins its processes first
     cache.enable()
+    if resume is None and config is not None:
+        Program(config).preflight(hparams)  # before a run directory is made
     run = _open_run(config, key, hparams, run_dir, resume)
     if run is not None:
         config, key, hparams = run.config, run.key, run.hparams
     try:
+        if resume is not None:
+            Program(config).preflight(hparams)
         result = _drive(config, key, hparams, progress, on_chunk, run)
         if run is not None:
             run.finish(result)
@@ -265,6 +279,7 @@ def _drive(config: Config, key, hparams, progress, on_chunk, run) -> TrainResult
 
         bar = tqdm(total=n_iter * agent.steps_per_iteration, initial=done * agent.steps_per_iteration, unit="step",
                    unit_scale=True, desc=f"{config.algo} {config.env.id}", dynamic_ncols=True)
+    watch = health.Watch()
     t1 = time.perf_counter()
     while done < n_iter:
         length = min(chunk_len, n_iter - done)
@@ -272,6 +287,7 @@ def _drive(config: Config, key, hparams, progress, on_chunk, run) -> TrainResult
         metrics = {k: v[:length] for k, v in jax.device_get(metrics).items()}
         chunks.append(metrics)
         done += length
+        watch.after_chunk(state, chunks)
         if run is not None:
             run.record(state, chunks, metrics, done, math.ceil(done / chunk_len), final=done >= n_iter)
         if bar is not None:
@@ -293,7 +309,7 @@ def _drive(config: Config, key, hparams, progress, on_chunk, run) -> TrainResult
     else:
         fr = sharded.final_return(state)
         state = sharded.local_state(state)  # this process's first device: a one-device-shaped state
-    return TrainResult(config, state, stacked, fr, compile_seconds, run_seconds)
+    return TrainResult(config, state, stacked, fr, compile_seconds, run_seconds, warnings=watch.notes())
 
 
 def load_run(run_dir) -> TrainResult:
@@ -314,7 +330,8 @@ def load_run(run_dir) -> TrainResult:
     metrics = {k: v.T for k, v in snap.history.items()}
     fr = np.asarray(jax.vmap(final_return)(snap.state.env_state))
     return TrainResult(config, snap.state, metrics, fr, summary.get("compile_seconds", math.nan),
-                       summary.get("run_seconds", math.nan), run_dir=run.path)
+                       summary.get("run_seconds", math.nan), run_dir=run.path,
+                       warnings=list(summary.get("warnings") or []))
 
 
 @dataclasses.dataclass
@@ -357,12 +374,16 @@ def evaluate(source, episodes: int = 10, key: jax.Array | None = None, *, max_st
 
     if not isinstance(episodes, int) or isinstance(episodes, bool) or episodes < 1:
         raise ConfigError(f"episodes: expected an integer ≥ 1, got {episodes!r}")
+    if max_steps is not None and (not isinstance(max_steps, int) or isinstance(max_steps, bool)
+                                  or not 1 <= max_steps <= 2**31 - 1):
+        raise ConfigError(f"max_steps: expected an integer ≥ 1 (or None: the env's time limit), got {max_steps!r}")
     cache.enable()
     result = load_run(source) if isinstance(source, (str, os.PathLike)) else source
     config = result.config
     agent = build_agent(config)
     env = make_env(dataclasses.replace(config.env, num_envs=episodes))
-    limit = max_steps or env.spec.max_episode_steps or 100_000
+    limits.check_eval_fits(config, result.state.params, env, episodes)  # before compiling
+    limit = max_steps if max_steps is not None else (env.spec.max_episode_steps or 100_000)
     key = jax.random.key(0) if key is None else key
 
     def one_seed(params, obs_stats, key):

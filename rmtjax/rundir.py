@@ -32,11 +32,14 @@ from typing import Any
 import jax
 import numpy as np
 
+from rmtjax import safefs
 from rmtjax.checkpoint import Checkpoints, CheckpointWarning, Snapshot
 from rmtjax.config import RUN_INDEPENDENT_FIELDS, Config, ConfigError, load_config
 
 # what marks a directory as holding a run
 _RUN_FILES = ("config.yaml", "run.json", "metrics.jsonl", "metrics.csv", "checkpoints", "summary.json")
+# what a run writes besides: a new run refuses a directory holding any of these too
+_RUN_EXTRAS = (".lock", "unusable_checkpoints", "tensorboard")
 # the columns that lead every row, in this order; the other metrics follow sorted by name
 _LEADING = ("iteration", "seed", "env_steps", "episode_return", "episode_length", "episode_count")
 
@@ -51,13 +54,8 @@ def _now() -> str:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    """Replace `path` by `text` so that a reader (or a crash) sees the old file or the new one."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """Replace `path` by `text` atomically, never writing through a planted link (`rmtjax.safefs`)."""
+    safefs.write_atomic(path, text)
 
 
 def key_to_json(key) -> dict:
@@ -132,13 +130,17 @@ class RunDir:
     def create(cls, path, config: Config, key, hparams=None) -> "RunDir":
         """A new run in `path` (created if missing; refused if it already holds a run).
         `hparams`: the initial hyperparameter overrides the run is given, kept for a restart."""
-        path = Path(path)
+        path = _nonempty_path(path, "run directory")
         if path.exists() and not path.is_dir():
             raise RunDirError(f"run directory {path} is a file, not a directory")
-        found = [n for n in _RUN_FILES if (path / n).exists()]
+        found = [n for n in _RUN_FILES if os.path.lexists(path / n)]
         if found:
             raise RunDirError(f"{path} already holds a run ({', '.join(found)}); continue it with "
                               f"resume={str(path)!r} (rmtjax train --resume {path}) or choose a new directory")
+        extras = [n for n in _RUN_EXTRAS if os.path.lexists(path / n)]
+        if extras:
+            raise RunDirError(f"{path} holds {', '.join(extras)} (left by another run, or planted) but no run; "
+                              f"a new run writes these itself: remove them or choose a new directory")
         _check_tensorboard(config)
         path.mkdir(parents=True, exist_ok=True)
         lock = _lock(path)
@@ -155,7 +157,7 @@ class RunDir:
     @classmethod
     def open(cls, path) -> "RunDir":
         """An existing run directory, read only: its config and key."""
-        path = Path(path)
+        path = _nonempty_path(path, "run directory")
         if not (path / "config.yaml").is_file():
             what = "does not exist" if not path.exists() else "holds no run (no config.yaml)"
             raise RunDirError(f"run directory {path} {what}")
@@ -173,6 +175,11 @@ class RunDir:
         """An existing run to continue. `config` (if given) must match the run's config.yaml
         except in `RUN_INDEPENDENT_FIELDS`; `key` and `hparams` (if given) those it began with."""
         run = cls.open(path)
+        links = safefs.find_links(run.path)
+        if links:
+            raise RunDirError(f"{run.path} holds symbolic link(s) ({', '.join(map(str, links))}); a run writes only "
+                              f"into its own directory, never through a link (rmtjax makes none): remove them "
+                              f"(or copy the run with cp -rL) and resume again")
         if config is not None:
             diffs = run.config.differences(config, ignore=RUN_INDEPENDENT_FIELDS)
             if diffs:
@@ -201,6 +208,7 @@ class RunDir:
         so that the resumed run can write its own checkpoints at those iterations."""
         ckpt = Checkpoints(self.path / "checkpoints")
         try:
+            self._check_config_unchanged(ckpt.saved_config())
             snap = ckpt.restore(like)
             if snap is not None and snap.skipped and set_aside:
                 moved = ckpt.set_aside([s for s, _ in snap.skipped], self.path / "unusable_checkpoints")
@@ -217,6 +225,21 @@ class RunDir:
             warnings.warn(f"the final checkpoint of {self.path} (iteration {finished_at}, per summary.json) is "
                           f"missing; using the one at iteration {snap.iterations}", CheckpointWarning, stacklevel=2)
         return snap
+
+    def _check_config_unchanged(self, saved) -> None:
+        """Refuse to go on when config.yaml (or the config given) differs from the one the
+        newest checkpoint was written with, in any field that changes what the run computes."""
+        if saved is None:  # no checkpoint yet, or one written before configs were stored
+            return
+        step, stored = saved
+        now, then = _flatten(self.config.to_dict()), _flatten(stored)
+        diffs = [(k, then.get(k, "<unset>"), now.get(k, "<unset>")) for k in sorted(set(now) | set(then))
+                 if k not in RUN_INDEPENDENT_FIELDS and now.get(k, "<unset>") != then.get(k, "<unset>")]
+        if diffs:
+            listing = "; ".join(f"{k}: {a!r} at the checkpoint, {b!r} now" for k, a, b in diffs)
+            raise ConfigError(f"{self.path / 'config.yaml'} was edited after the checkpoint at iteration {step} "
+                              f"was written, so the run cannot go on from it. Fields that differ: {listing}. "
+                              f"Put the values back, or start a new run directory with the new config.")
 
     def begin(self, history: dict[str, np.ndarray] | None, done: int) -> None:
         """Start writing: logs rewritten to hold exactly the `done` iterations of `history`,
@@ -252,17 +275,22 @@ class RunDir:
         first = done - length + 1
         if self._columns is None:
             self._columns = _column_order(chunk)
-            with open(self.path / "metrics.csv", "a", encoding="utf-8") as f:
-                f.write(",".join(self._columns) + "\n")
+            safefs.append_text(self.path / "metrics.csv", ",".join(self._columns) + "\n")
         jsonl, csv_text = format_rows(chunk, first, self._columns)
         for name, text in (("metrics.jsonl", jsonl), ("metrics.csv", csv_text)):
-            with open(self.path / name, "a", encoding="utf-8") as f:
-                f.write(text)
+            safefs.append_text(self.path / name, text)
         if self._tb is not None:
             self._log_tensorboard(chunk)
         if final or chunks_done % self.config.train.checkpoint_every == 0:
             stacked = {k: np.concatenate([c[k] for c in history], axis=0) for k in chunk}
-            self.checkpoints.save(state, stacked, done, chunks_done)
+            try:
+                self.checkpoints.save(state, stacked, done, chunks_done, config=self.config.to_dict())
+            except Exception as e:  # a full disk, a vanished directory: orbax raises many kinds
+                kept = [s for s in self.checkpoints.steps() if s != done]
+                last = f"the checkpoint at iteration {max(kept)} is kept" if kept else "no earlier checkpoint exists"
+                raise RunDirError(f"could not write the checkpoint at iteration {done} into {self.path / 'checkpoints'} "
+                                  f"({_os_reason(e)}); {last}: fix the cause and continue with "
+                                  f"rmtjax train --resume {self.path}") from e
 
     def _log_tensorboard(self, chunk):
         for t in range(next(iter(chunk.values())).shape[0]):
@@ -288,6 +316,8 @@ class RunDir:
             "last_episode_return": [_json_number(x) for x in result.metrics["episode_return"][:, -1]],
             "compile_seconds": round(result.compile_seconds, 3), "run_seconds": round(result.run_seconds, 3),
             "resumed_from_iteration": self.resumed_from,
+            # signs that the run stopped learning (rmtjax.health); empty when there were none
+            "warnings": list(getattr(result, "warnings", [])),
             "last_checkpoint": str(self.path / "checkpoints" / str(max(self.checkpoints.steps()))),
             "finished": _now(),
         }
@@ -319,7 +349,11 @@ def _lock(path: Path):
         import fcntl
     except ImportError:  # not POSIX: no lock
         return None
-    f = open(path / ".lock", "a+", encoding="utf-8")
+    try:
+        f = safefs.open_lock_file(path / ".lock")
+    except safefs.UnsafePathError as e:
+        raise RunDirError(f"{path / '.lock'} {e.strerror}; it may have been planted to make the run write "
+                          f"elsewhere") from None
     try:
         fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
@@ -335,6 +369,35 @@ def _lock(path: Path):
     f.write(f"{os.getpid()}\n")
     f.flush()
     return f
+
+
+def _flatten(data, prefix: str = "") -> dict:
+    out = {}
+    for k, v in data.items():
+        if isinstance(v, dict) and v:
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _nonempty_path(path, what: str) -> Path:
+    if path is None or str(path).strip() == "":
+        raise RunDirError(f"{what}: an empty path was given; name a directory, e.g. --run-dir runs/ppo1")
+    if "\x00" in str(path):
+        raise RunDirError(f"{what}: {str(path)!r} holds a NUL character, which no path can hold")
+    return Path(path)
+
+
+def _os_reason(e: BaseException) -> str:
+    """The operating-system cause within `e` (its chain included), else its first line."""
+    seen = e
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.strerror:
+            return f"{seen.strerror}" + (f": {seen.filename}" if seen.filename else "")
+        seen = seen.__cause__ or seen.__context__
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:240]}" if text else type(e).__name__
 
 
 def _check_tensorboard(config: Config) -> None:

@@ -18,6 +18,8 @@ class ConfigError(ValueError):
 
 # Integers end up in int32 arrays and loop counts inside the compiled program.
 INT_MAX = 2**31 - 1
+# Numbers become float32 arrays: beyond this they would be inf.
+FLOAT32_MAX = 3.4028234663852886e38
 
 def param(default, *, lo=None, hi=None, lo_open=False, hi_open=False, choices=None, doc=""):
     """A config field with a default, an optional range [lo, hi] (open ends by flag) and choices."""
@@ -86,10 +88,15 @@ class Section:
             m = f.metadata
             if m.get("choices") is not None and value not in m["choices"]:
                 raise ConfigError(f"{path}: {value!r} is not one of {list(m['choices'])}")
+            if isinstance(value, tuple) and not value and f.default:  # hidden=[] would be no network
+                raise ConfigError(f"{path}: expected at least one value, got an empty list "
+                                  f"(the default is {list(f.default)})")
             items = value if isinstance(value, tuple) else (value,)
             for v in items:
                 if not isinstance(v, (int, float)) or isinstance(v, bool):
                     continue
+                if isinstance(v, float) and abs(v) > FLOAT32_MAX:  # numbers become float32 arrays
+                    raise ConfigError(f"{path}: {value!r} does not fit in a 32-bit float (|x| ≤ {FLOAT32_MAX:.4g})")
                 lo, hi = m.get("lo"), m.get("hi")
                 if hi is None and isinstance(v, int):
                     hi = INT_MAX

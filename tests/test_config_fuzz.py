@@ -156,3 +156,119 @@ def test_env_params_are_type_checked_when_the_config_is_built():
         make_config("ppo", "Acrobot-v1", {"env.params.available_torque": [1.0]})
     params = make_config("ppo", "CartPole-v1", {"env.params.max_steps_in_episode": 2e2}).env.params
     assert params == {"max_steps_in_episode": 200} and isinstance(params["max_steps_in_episode"], int)
+
+
+# -- issue 20: the command line's flags and the sizes a config asks for ------------------------
+FLAG_VALUES = st.one_of(st.integers(-(2**70), 2**70).map(str), st.floats().map(str), st.text(max_size=10))
+
+
+def _cli(argv):
+    import contextlib
+    import io
+
+    from rmtjax.cli import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(argv)
+    lines = [ln for ln in err.getvalue().splitlines() if ln.strip() and not ln.startswith("rmtjax: warning:")]
+    return code, lines
+
+
+def _flag_ok(text, lo, hi):
+    try:
+        value = int(text)
+    except ValueError:
+        try:
+            f = float(text)
+        except ValueError:
+            return False
+        if not (f == f and abs(f) != float("inf") and f.is_integer()):
+            return False
+        value = int(f)
+    return lo <= value <= hi
+
+
+@FUZZ
+@given(st.sampled_from([("eval", "--seed", 0), ("eval", "--episodes", 1), ("eval", "--max-steps", 1),
+                        ("train", "--seed", 0)]), FLAG_VALUES)
+def test_any_flag_value_is_accepted_in_range_or_one_line_naming_the_flag(tmp_path_factory, which, text):
+    command, flag, lo = which
+    missing = str(tmp_path_factory.mktemp("cli") / "no-run")
+    argv = ["eval", missing, f"{flag}={text}"] if command == "eval" else ["train", "--resume", missing, f"{flag}={text}"]
+    code, lines = _cli(argv)
+    assert code == 2 and len(lines) == 1, lines
+    if _flag_ok(text, lo, 2**31 - 1):
+        assert "no-run does not exist" in lines[0], lines  # the value passed; the missing run was next
+    else:
+        assert lines[0].startswith(f"rmtjax: config error: {flag}: expected an integer in [{lo}, 2,147,483,647]"), lines
+
+
+@FUZZ
+@given(st.text(max_size=12))
+def test_any_run_directory_name_is_made_inside_or_refused_in_one_line(name):
+    import os
+    import tempfile
+    from pathlib import Path
+
+    import jax
+
+    from rmtjax.cli import describe_os_error
+    from rmtjax.rundir import RunDir, RunDirError
+
+    cfg = make_config("ppo", "CartPole-v1", {"train.total_steps": 512, "agent.rollout_len": 64})
+    with tempfile.TemporaryDirectory() as tmp:
+        cwd = os.getcwd()
+        os.chdir(tmp)
+        try:
+            run = RunDir.create(f"sub/{name}", cfg, jax.random.key(0))
+        except RunDirError as e:
+            assert "\n" not in str(e)
+        except OSError as e:
+            assert "\n" not in describe_os_error(e)
+        else:
+            run.close()
+            assert Path(run.path).resolve().is_relative_to(Path(tmp).resolve())
+            assert (run.path / "config.yaml").is_file()
+        finally:
+            os.chdir(cwd)
+
+
+SIZES = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@SIZES
+@given(st.sampled_from(["ppo", "dqn", "rmt"]), st.integers(1, 2**31 - 1), st.integers(1, 2**31 - 1),
+       st.integers(16, 2**31 - 1), st.lists(st.integers(1, 2**20), min_size=1, max_size=3))
+def test_any_sizes_are_refused_before_compiling_exactly_when_the_state_cannot_fit(algo, seeds, envs, buffer, hidden):
+    import os
+    import time
+
+    from rmtjax import limits
+    from rmtjax.driver import Program
+
+    overrides = {"train.num_seeds": seeds, "env.num_envs": envs, "agent.hidden": hidden, "train.total_steps": 2**31 - 1}
+    if algo != "ppo":
+        overrides["agent.buffer_size"] = buffer
+    try:
+        cfg = make_config(algo, "CartPole-v1", overrides)
+    except ConfigError as e:
+        assert str(e).strip()
+        return
+    os.environ[limits.ENV_MEMORY_LIMIT] = "4e9"
+    try:
+        t0 = time.perf_counter()
+        program = Program(cfg)
+        agent, init = program.agent, program.init
+        try:
+            estimate = limits.check_train_fits(cfg, agent, init)
+        except limits.MemoryLimitError as e:
+            assert "there is 4.0 GB ($RMTJAX_MEMORY_LIMIT)" in str(e)
+            parts = limits._parts(limits.state_shapes(cfg, init))
+            need = sum(parts.values()) + limits._rollout_bytes(cfg, agent) + limits._activation_bytes(cfg)
+            assert need > 4e9
+        else:
+            assert estimate <= 4e9
+        assert time.perf_counter() - t0 < 5
+    finally:
+        del os.environ[limits.ENV_MEMORY_LIMIT]

@@ -18,10 +18,12 @@ from __future__ import annotations
 import dataclasses
 import importlib
 
+from rmtjax.envs.imports import allow_import, allowed_imports
 from rmtjax.envs.vec import EnvSpec, VecEnv, VecEnvState, episode_metrics, final_return
 
-__all__ = ["Adapter", "EnvSpec", "VecEnv", "VecEnvState", "adapter_prefixes", "available_envs", "check_env_id",
-           "env_spec", "episode_metrics", "final_return", "is_host_env", "make_env", "split_id"]
+__all__ = ["Adapter", "EnvSpec", "VecEnv", "VecEnvState", "adapter_prefixes", "allow_import", "allowed_imports",
+           "available_envs", "check_env_id", "env_spec", "episode_metrics", "final_return", "is_host_env", "make_env",
+           "split_id"]
 
 # Ids that gymnax registers but that need a data download at construction; not offered here.
 _NEEDS_DOWNLOAD = {"MNISTBandit-bsuite"}
@@ -192,5 +194,7 @@ def check_env_params(env_id: str, defaults, overrides) -> dict:
             raise ConfigError(f"env.params.{k}: expected a finite number, got {v!r}")
         if kind in "iu" and not np.all((arr >= -(2**31)) & (arr < 2**31)):
             raise ConfigError(f"env.params.{k}: {v!r} does not fit in a 32-bit integer")
+        if k == "max_steps_in_episode" and not np.all(arr >= 1):  # a time limit of 0 steps ends nothing
+            raise ConfigError(f"env.params.{k}: expected an integer ≥ 1 (the time limit in steps), got {v!r}")
         out[k] = arr.astype({"b": bool, "i": np.int64, "u": np.int64, "f": np.float64}.get(kind, arr.dtype)).tolist()
     return out

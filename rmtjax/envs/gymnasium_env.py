@@ -169,23 +169,54 @@ class GymnasiumEnv:
 
 
 # -- the adapter's registry interface ------------------------------------------------------
-def _resolve(name: str):
-    """Import the module of a `module:EnvId` name (gymnasium's own syntax for plugin envs)."""
-    import importlib
+def _module_of(name: str) -> str | None:
+    """The module of a `module:EnvId` name (gymnasium's own syntax for plugin envs), else None."""
+    return name.split(":", 1)[0] if ":" in name else None
 
-    if ":" in name:
-        module = name.split(":", 1)[0]
+
+def _valid_module_name(module: str) -> bool:
+    return bool(module) and all(part.isidentifier() for part in module.split("."))
+
+
+def _import_allowed_module(name: str) -> None:
+    """Import the module of a `module:EnvId` name, which only happens when the user allowed it
+    (`rmtjax.envs.allow_import`, `--allow-import`) or imported it already: a config names the
+    module, and importing runs its code."""
+    import importlib
+    import sys
+
+    from rmtjax.schema import ConfigError
+    from rmtjax.envs.imports import allowed_imports
+
+    module = _module_of(name)
+    if module is None or module in sys.modules:
+        return
+    if module not in allowed_imports():
+        raise ConfigError(
+            f"env.id: gymnasium:{name} asks to import the Python module {module!r}, which runs its code; rmtjax "
+            f"imports a module named by a config only when you allow it: rmtjax train/eval --allow-import {module}, "
+            f"or rmtjax.envs.allow_import({module!r}) in Python (or import it yourself first)")
+    try:
         importlib.import_module(module)
+    except ImportError as e:
+        raise ConfigError(f"env.id: gymnasium:{name}: the module {module!r} does not import ({e})") from None
 
 
 def has(name: str) -> bool:
+    """Whether gymnasium has `name`. A `module:EnvId` name is checked only as far as possible
+    without importing its module (reading a config never runs code it names): its module
+    name must be valid, and if the module is imported already, the id must be registered."""
+    import sys
+
     import gymnasium as gym
 
-    try:
-        _resolve(name)
-    except ImportError:
-        return False
-    env_id = name.split(":", 1)[1] if ":" in name else name
+    module = _module_of(name)
+    env_id = name.split(":", 1)[1] if module is not None else name
+    if module is not None:
+        if not _valid_module_name(module) or not env_id:
+            return False
+        if module not in sys.modules:
+            return True  # checked when the env is built, after the import is allowed
     return env_id in gym.registry
 
 
@@ -202,6 +233,10 @@ def make(name: str, env_cfg):
     from rmtjax.schema import ConfigError
     from rmtjax.envs.vec import VecEnv
 
+    _import_allowed_module(name)
+    if not has(name):
+        raise ConfigError(f"env.id: the module {_module_of(name)!r} does not register a gymnasium environment "
+                          f"{name.split(':', 1)[1]!r}")
     try:
         env = GymnasiumEnv(name, env_cfg.num_envs, env_cfg.params, env_cfg.host_vectorization)
     except gym.error.DependencyNotInstalled as e:

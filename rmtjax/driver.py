@@ -229,9 +229,6 @@ def _open_run(config, key, hparams, run_dir, resume):
     if config is None or key is None:
         raise TypeError("train(config, key): both are needed unless resume=RUN_DIR is given")
     if run_dir is not None:
-        if config.distributed.devices > 1:
-            raise ConfigError("distributed.devices: run directories (checkpoints, resume) are not supported yet "
-                              "for a run on several devices; train without run_dir or with devices: 1")
         from rmtjax.rundir import RunDir
 
         return RunDir.create(run_dir, config, key, hparams)
@@ -322,14 +319,20 @@ def load_run(run_dir) -> TrainResult:
     cache.enable()
     run = RunDir.open(run_dir)
     config = run.config
-    like = Program(config).initial_state(jax.random.split(run.key, config.train.num_seeds))
+    program = Program(config)
+    like = program.initial_state(jax.random.split(run.key, config.train.num_seeds))
     snap = run.restore(like, set_aside=False)
     if snap is None:
         raise CheckpointError(f"{run.path} has no checkpoint yet (the run stopped before its first one)")
     summary = run.read_summary() or {}
     metrics = {k: v.T for k, v in snap.history.items()}
-    fr = np.asarray(jax.vmap(final_return)(snap.state.env_state))
-    return TrainResult(config, snap.state, metrics, fr, summary.get("compile_seconds", math.nan),
+    state = snap.state
+    if program.sharded is None:
+        fr = np.asarray(jax.vmap(final_return)(state.env_state))
+    else:  # a run on several devices: as `train` returns it, this process's first device's state
+        fr = program.sharded.final_return(state)
+        state = program.sharded.local_state(state)
+    return TrainResult(config, state, metrics, fr, summary.get("compile_seconds", math.nan),
                        summary.get("run_seconds", math.nan), run_dir=run.path,
                        warnings=list(summary.get("warnings") or []))
 

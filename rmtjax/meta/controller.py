@@ -49,8 +49,9 @@ _META_STREAM = 0x6D657461
 class Controller:
     """Built from the config and agent; `init` one seed, `step` the batched state."""
 
-    def __init__(self, config, agent):
+    def __init__(self, config, agent, step=None):
         self.config, self.agent = config, agent
+        self.agent_step = agent.step if step is None else step  # one seed's step (metrics reduced over devices)
         self.cfg = config.meta
         self.cur = config.curriculum
         self.max_entropy = agent.max_entropy
@@ -65,7 +66,7 @@ class Controller:
 
     def step(self, state: MetaTrainState, t):
         """Iteration `t` of every seed: the vmapped agent step, then the meta update."""
-        agent_state, metrics = jax.vmap(self.agent.step, in_axes=(0, None))(state.agent, t)
+        agent_state, metrics = jax.vmap(self.agent_step, in_axes=(0, None))(state.agent, t)
         signals = jax.vmap(self.agent.signals)(metrics)  # the agent's typed signals (rmtjax.protocol)
         signals = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), signals)
         meta = state.meta
@@ -99,13 +100,17 @@ class Controller:
 def wrap(config, agent):
     """(batched init `(keys, hparams) -> state`, batched step `(state, t) -> (state, metrics)`)
     for the driver: the agent's own when the meta-controller and curriculum are off. The
-    iteration index `t` is shared by the seeds (not batched)."""
+    iteration index `t` is shared by the seeds (not batched). On several devices the agent's
+    metrics are reduced across them first (`rmtjax.distributed.reduced_step`)."""
+    from rmtjax.distributed import reduced_step
+
+    step = reduced_step(config, agent.step)
     if not is_active(config):
         def init(keys, hparams=None):
             return jax.vmap(lambda k: agent.init(k, hparams))(keys)
 
-        return init, jax.vmap(agent.step, in_axes=(0, None))
-    ctl = Controller(config, agent)
+        return init, jax.vmap(step, in_axes=(0, None))
+    ctl = Controller(config, agent, step)
 
     def init(keys, hparams=None):
         return jax.vmap(lambda k: ctl.init(k, agent.init(k, hparams)))(keys)

@@ -279,6 +279,15 @@ def test_topk_fusion_with_error_feedback_learns_cartpole_on_4_devices():
     assert np.mean(r["final_return"]) > 80 and min(r["final_return"]) > 50, r
 
 
+@pytest.mark.slow
+def test_ppo_learns_cartpole_on_4_devices():
+    r = run_worker(["learn_ppo", "150000"], timeout=900)
+    # 8 envs (2 per device) × 64 steps, 4 minibatches of 128 split over the devices, mean fusion;
+    # random play scores about 22; measured 253 and 314 (jax 0.10.2, 4 CPU devices), about 50 s with compile
+    assert r["env_steps"] == 149504
+    assert np.mean(r["final_return"]) > 200 and min(r["final_return"]) > 150, r
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

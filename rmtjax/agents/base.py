@@ -35,7 +35,7 @@ class Agent:
 
     `state.hparams` holds the numbers a user may sweep or the meta-controller may move; the
     rest of `Config` is static structure baked into the compiled program. Every gradient
-    update goes through `self.precision.update` (see `rmtjax.precision`), whose per-seed state
+    update goes through `self.precision.step` (see `rmtjax.precision`), whose per-seed state
     is `state.precision`; the optimiser is wrapped in the update guard with `self.guarded(...)`.
 
     With `distributed.devices` D > 1 the agent's `init` and `step` run on one device of the
@@ -43,7 +43,7 @@ class Agent:
     `self.device_keys` gives each device its own random streams, and the guard fuses the
     devices' gradients (`self.fusion`), so the agent's code is the same on one device or many.
     The driver reduces an iteration's metrics across the devices (`rmtjax.distributed.
-    reduce_step`), before the meta-controller reads them.
+    reduced_step`), before the meta-controller reads them.
     """
 
     Config: type

@@ -3,7 +3,7 @@
 One iteration: roll out `rollout_len` steps in `num_envs` envs, compute GAE advantages
 (bootstrapping through time-limit truncations from the pre-reset observation, never through
 terminal states), then `num_epochs` passes of `num_minibatches` clipped-objective updates,
-each through the precision guard (`rmtjax.precision`: a non-finite update is skipped).
+each through the update guard (`rmtjax.guard`: a non-finite update is skipped).
 
 With `distributed.devices` D > 1 each device rolls out its `num_envs / D` envs, splits its
 share of the rollout into `num_minibatches` minibatches and the guard fuses the devices'

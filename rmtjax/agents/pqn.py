@@ -10,7 +10,7 @@ data, a LayerNorm in the Q-network keeps the bootstrapped targets stable. One it
    ended in before any reset: a time-limit truncation bootstraps, a termination never does,
    and no return flows across an episode boundary;
 3. `num_epochs` passes of `num_minibatches` updates of ½ (Q(s_t, a_t) − G_t)², each through
-   the precision guard (`rmtjax.precision`: global-norm clipping, a non-finite update is skipped).
+   the update guard (`rmtjax.guard`: global-norm clipping, a non-finite update is skipped).
 
 The learning rate decays linearly from `lr` to `lr × lr_end_frac` over the run and ε from
 `eps_start` to `eps_end` over the first `eps_decay_frac` of it, both read from the clock `t`.

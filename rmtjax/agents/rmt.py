@@ -13,7 +13,7 @@ One iteration (see the design notes), each phase under `jax.named_scope("phase/<
    since the clock `t` is not batched over seeds): `num_updates` gradient steps on minibatches
    drawn across tiers with importance weights — Double-DQN n-step targets, a Huber or squared
    loss, global-norm clipping, Adam (or RMSProp) with an injectable lr, each through the
-   precision guard (`rmtjax.precision`: a non-finite update is skipped); the new TD errors are
+   update guard (`rmtjax.guard`: a non-finite update is skipped); the new TD errors are
    written back, so items move between tiers;
 4. diagnostics: tier shares of the minibatches, the TD-error moving average, the grad norm, the
    precision monitors, and every `diagnostics_every` iterations the top-TD share (it costs a

@@ -4,7 +4,7 @@ One iteration: one step in each of `num_envs` envs (uniformly random actions unt
 `learning_starts` env steps), the transitions written to a uniform replay (`make_replay`),
 then `round(updates_per_step × num_envs)` gradient updates, each of the critics, the actor and
 the temperature, followed by a Polyak update of the target critics (`optax.incremental_update`).
-Each of the three goes through the precision guard (`rmtjax.precision`): a non-finite one is
+Each of the three goes through the update guard (`rmtjax.guard`): a non-finite one is
 skipped.
 
 With `distributed.devices` D > 1 each device steps its `num_envs / D` envs, keeps its own

@@ -78,8 +78,8 @@ def update_collectives(cfg) -> tuple[int, list[dict]]:
 
     def step(b, w):
         out = agent.gradient_step(state.params, state.target_params, state.opt_state, state.precision,
-                                  state.fusion, b, w, jnp.float32(0.99), jnp.float32(1.0))
-        return out[0]
+                                  b, w, jnp.float32(0.99), jnp.float32(1.0))
+        return out.params
 
     fn = jax.jit(jax.shard_map(step, mesh=mesh, in_specs=(P("data"), P("data")), out_specs=P(), check_vma=False))
     hlo = fn.lower(batch, jnp.ones(B)).compile().as_text()

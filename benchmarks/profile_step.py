@@ -107,7 +107,7 @@ def profile(cfg: rmtjax.Config, iters: int = 500, reps: int = 3, seed: int = 0) 
     out["store"] = _best(jax.jit(lambda s: repeat(store, s)), (state,), reps) / iters
 
     opt = state.opt_state
-    learner = (state.params, state.target_params, opt, state.replay, state.precision, state.fusion)
+    learner = (state.params, state.target_params, opt, state.replay, state.precision)
 
     # an iteration without the top-TD-share diagnostic (timed apart below)
     t_learn = t + 1 if (t + 1) % agent.cfg.diagnostics_every else t + 2
@@ -132,11 +132,10 @@ def profile(cfg: rmtjax.Config, iters: int = 500, reps: int = 3, seed: int = 0) 
         params, opt_state, prec = lr
 
         def one(p, target, o, ps, b, w, hp, s_):
-            return agent.gradient_step(p, target, o, ps, None, b, w, hp.gamma, s_.clip)
+            return agent.gradient_step(p, target, o, ps, b, w, hp.gamma, s_.clip)
 
-        params, opt_state, prec, _, loss, aux, guard = vmap(one)(
-            params, state.target_params, opt_state, prec, batch, info.weight, state.hparams, sched)
-        return (params, opt_state, prec), (loss, aux, guard)
+        out = vmap(one)(params, state.target_params, opt_state, prec, batch, info.weight, state.hparams, sched)
+        return (out.params, out.opt_state, out.precision), (out.loss, out.aux, out.stats)
 
     per_update["grad_step"] = _best(jax.jit(lambda l: repeat(grad, l)),
                                     ((state.params, opt, state.precision),), reps) / iters

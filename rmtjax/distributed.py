@@ -7,8 +7,10 @@ axis, `data`. The whole chunk of iterations runs under `jax.shard_map` over that
   `agent.buffer_size / D` items and samples `agent.batch_size / D` of each global minibatch;
 - every device holds the same parameters, target parameters and optimiser state: each
   gradient step fuses the devices' gradients across the axis inside the compiled program
-  (`Fusion.fuse`), so all devices apply the same update;
-- the metrics of an iteration are reduced across the axis (means; `episode_count` summed).
+  (`Fusion.fuse`, called by the update guard `rmtjax.guard.guard`, whose state holds the
+  fusion's), so all devices apply the same update;
+- the metrics of an iteration are reduced across the axis (means; `episode_count` summed) by
+  `reduced_step`, for every agent, before the meta-controller reads them.
 
 The driver's state is the devices' local states stacked on a leading axis `[D, num_seeds,
 ...]`, sharded over `data` (parameters equal in every slot: that is their replication).
@@ -241,19 +243,37 @@ class Fusion:
         residual = unravel(flat.at[idx].set(0.0)) if self.feedback else None
         return unravel(momentum), loss, FusionState(residual=residual, momentum=unravel(momentum))
 
-    def reduce_metrics(self, metrics: dict) -> dict:
-        """An iteration's metrics over all devices: `episode_count` and integer counts summed,
-        float statistics averaged (`env_steps` is the same everywhere and kept)."""
-        out = dict(metrics)
-        floats = sorted(k for k, v in metrics.items() if jnp.issubdtype(v.dtype, jnp.floating))
-        if floats:
-            means = jax.lax.pmean(jnp.stack([metrics[k].astype(jnp.float32) for k in floats]), self.axis)
-            out.update({k: means[i].astype(metrics[k].dtype) for i, k in enumerate(floats)})
-        ints = sorted(k for k in metrics if k not in floats and k != "env_steps")
-        if ints:
-            sums = jax.lax.psum(jnp.stack([metrics[k].astype(jnp.int32) for k in ints]), self.axis)
-            out.update({k: sums[i].astype(metrics[k].dtype) for i, k in enumerate(ints)})
-        return out
+
+def reduce_metrics(metrics: dict, axis: str = AXIS) -> dict:
+    """An iteration's metrics over all devices: integer counts summed (`episode_count`, replay
+    sizes), float statistics averaged; the clock's counts (`rmtjax.protocol.CLOCK_METRICS`:
+    `env_steps`, `updates`) are the same everywhere and kept."""
+    from rmtjax.protocol import CLOCK_METRICS
+
+    out = dict(metrics)
+    floats = sorted(k for k, v in metrics.items() if jnp.issubdtype(v.dtype, jnp.floating))
+    if floats:
+        means = jax.lax.pmean(jnp.stack([metrics[k].astype(jnp.float32) for k in floats]), axis)
+        out.update({k: means[i].astype(metrics[k].dtype) for i, k in enumerate(floats)})
+    ints = sorted(k for k in metrics if k not in floats and k not in CLOCK_METRICS)
+    if ints:
+        sums = jax.lax.psum(jnp.stack([metrics[k].astype(jnp.int32) for k in ints]), axis)
+        out.update({k: sums[i].astype(metrics[k].dtype) for i, k in enumerate(ints)})
+    return out
+
+
+def reduced_step(config, step: Callable) -> Callable:
+    """`step(state, t) -> (state, metrics)` of one device with its metrics reduced across the
+    devices (`reduce_metrics`), so the meta-controller and the log see the whole run's; `step`
+    itself on one device. The one place where an iteration's metrics cross the mesh."""
+    if config.distributed.devices == 1:
+        return step
+
+    def reduced(state, t):
+        state, metrics = step(state, t)
+        return state, reduce_metrics(metrics)
+
+    return reduced
 
 
 def device_index(axis: str = AXIS) -> jax.Array:

@@ -130,7 +130,9 @@ class Program:
         self.config = config
         self.agent = agent = build_agent(config)
         vinit = lambda keys, hparams=None: jax.vmap(lambda k: agent.init(k, hparams))(keys)  # noqa: E731
-        vstep = jax.vmap(agent.step, in_axes=(0, None))  # `t` is the same for every seed
+        # on several devices an iteration's metrics are reduced across them first, so the meta layer
+        # and the log see the whole run's; `t` is the same for every seed
+        vstep = jax.vmap(distributed.reduced_step(config, agent.step), in_axes=(0, None))
         self.init, self.step = meta_controller.compose(config, agent, vinit, vstep)
         self.sharded = distributed.sharded_run(config)
 

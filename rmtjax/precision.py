@@ -10,10 +10,11 @@ A run computes its networks in `precision.compute`:
   `loss_scale_growth_interval` finite updates in a row and halves on an overflow, within
   [`loss_scale_min`, `loss_scale_max`].
 
-Every gradient update of every agent goes through `Precision.update`, the guard: an update
-whose loss or gradients are not finite is skipped (parameters and optimiser state unchanged)
-and counted. After `escalate_after_consecutive` non-finite updates in a row, or
-`escalate_after_total` of them, while low precision is in force, the run escalates to fp32 for
+Every gradient update of every agent goes through `Precision.step`: the gradient of the
+(scaled) loss in the dtype in force, then the agent's optimiser wrapped in the update guard
+(`rmtjax.guard.guard`, an optax `GradientTransformation`): an update whose loss or gradients
+are not finite is skipped (parameters and inner optimiser state unchanged) and counted here.
+After `escalate_after_consecutive` non-finite updates in a row, or `escalate_after_total` of them, while low precision is in force, the run escalates to fp32 for
 `escalate_cooldown` guarded updates (0: for the rest of the run), then tries low precision
 again. The switch happens inside the compiled loop: both the low-precision and the fp32
 computations are traced and the flag in `PrecisionState` picks one (under `vmap` over seeds
@@ -21,19 +22,23 @@ the pick becomes a select, so both are computed; set both escalation thresholds 
 the low-precision path alone).
 
 The guard also clips the gradients by global norm (the agent passes the threshold in force,
-see `clip_threshold`), so the norm is computed once per update and reported.
+see `clip_threshold`), so the norm is computed once per update and reported. `PrecisionState`
+(loss scale, skip count, escalation) stays beside the optimiser state: one serves all the
+optimisers of an agent (SAC has three), and the dtype it selects is needed before the
+gradient exists.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
 from flax import struct
 
+from rmtjax.guard import GuardState, stats as guard_stats
 from rmtjax.schema import ConfigError, Section, param
 
 LOW_DTYPES = {"bf16": jnp.bfloat16, "fp16": jnp.float16}
@@ -125,6 +130,21 @@ def summarize(stats: dict) -> dict:
     return out
 
 
+class Step(NamedTuple):
+    """What `Precision.step` returns."""
+
+    params: Any  # after the update (the ones passed in if it was skipped)
+    opt_state: Any  # the guard's state (`rmtjax.guard.GuardState`)
+    precision: PrecisionState  # after the loss-scale, skip and escalation bookkeeping
+    loss: jax.Array  # the loss (when the gradients are fused: the devices' mean, NaN if the step was skipped)
+    aux: Any  # what `loss_fn` returned beside the loss (this device's)
+
+    @property
+    def stats(self) -> dict:
+        """`grad_norm` (before clipping) and `update_skipped` (1.0 or 0.0)."""
+        return guard_stats(self.opt_state)
+
+
 class Precision:
     """The static policy of one run (from `PrecisionConfig`) and its pure functions."""
 
@@ -169,24 +189,16 @@ class Precision:
     def bits(self, state: PrecisionState):
         return jnp.where(state.low, BITS[self.cfg.compute], 32).astype(jnp.float32)
 
-    def update(self, state: PrecisionState, loss_fn, params, opt_state, tx, clip=0.0):
-        """One guarded gradient step.
+    def step(self, state: PrecisionState, loss_fn, params, opt_state, tx, clip=0.0) -> "Step":
+        """One guarded gradient step: the call every agent makes for every update.
 
         `loss_fn(params, dtype) -> (loss, aux)` computes its networks in `dtype` and its loss
-        (a float32 scalar) and aux (float32 arrays) in float32. Gradients are clipped to global
-        norm `clip` (0: no clipping). Returns `(params, opt_state, state, loss, aux, stats)`;
-        when the update is skipped the params and optimiser state are the ones passed in.
-        `stats`: `grad_norm` (before clipping) and `update_skipped` (1.0 or 0.0).
-        """
-        *out, _ = self.fused_update(state, loss_fn, params, opt_state, tx, clip)
-        return tuple(out)
-
-    def fused_update(self, state: PrecisionState, loss_fn, params, opt_state, tx, clip=0.0, fuse=None,
-                     fusion_state=None):
-        """`update` for data-parallel training: `fuse(grads, loss, fusion_state) -> (grads, loss,
-        fusion_state)` combines the devices' gradients (`rmtjax.distributed.Fusion.fuse`) before
-        the norm, the finiteness check and the clip. Returns `update`'s tuple and the new fusion
-        state last (the old one when the step is skipped). Without `fuse` it is `update`.
+        (a float32 scalar) and aux (float32 arrays) in float32; the gradient is taken in the
+        dtype in force, of the loss times the loss scale in force. `tx` is the agent's
+        optimiser wrapped in `rmtjax.guard.guard` and `opt_state` its state; `clip` the
+        global-norm threshold in force (0: no clipping; see `clip_threshold`). Returns a
+        `Step`: when the update is skipped its params and inner optimiser state are the ones
+        passed in; its `loss` is the mean over the devices when the gradients are fused.
         """
         scale = self.loss_scale(state)
 
@@ -196,25 +208,19 @@ class Precision:
                 return loss * scale, (loss, aux)
 
             grads, (loss, aux) = jax.grad(scaled, has_aux=True)(params)
-            return jax.tree.map(lambda g: g / scale, grads), loss, aux
+            return grads, loss, aux
 
         grads, loss, aux = self.select(state, grads_in)
-        new_fusion = fusion_state
-        if fuse is not None:
-            grads, loss, new_fusion = fuse(grads, loss, fusion_state)
-        norm = optax.tree.norm(grads)
-        finite = jnp.isfinite(loss) & jnp.isfinite(norm)
-        clip = jnp.asarray(clip, jnp.float32)
-        factor = jnp.where((clip > 0) & (norm > clip), clip / jnp.where(finite, norm, 1.0), 1.0)
-        # zeros in place of a non-finite gradient keep the optimiser's arithmetic finite; its result is dropped
-        grads = jax.tree.map(lambda g: jnp.where(finite, g * factor, 0.0), grads)
-        updates, new_opt = tx.update(grads, opt_state, params)
-        params = tree_where(finite, optax.apply_updates(params, updates), params)
-        opt_state = tree_where(finite, new_opt, opt_state)
-        stats = {"grad_norm": norm, "update_skipped": (~finite).astype(jnp.float32)}
-        if fuse is not None:
-            fusion_state = tree_where(finite, new_fusion, fusion_state)
-        return params, opt_state, self.after_update(state, finite), loss, aux, stats, fusion_state
+        if not isinstance(opt_state, GuardState):
+            raise TypeError("Precision.step: the optimiser must be wrapped in rmtjax.guard.guard(...) (its state "
+                            f"is a GuardState); got a {type(opt_state).__name__}")
+        updates, opt_state = tx.update(grads, opt_state, params, loss=loss, clip=clip, loss_scale=scale,
+                                       zero_skipped=False)
+        # the guard's updates of a skipped step are not zeroed: the select comes after the add (see rmtjax.guard)
+        params = tree_where(opt_state.finite, optax.apply_updates(params, updates), params)
+        # the loss over the devices when fused (NaN everywhere when any device's was not finite), else this one
+        loss = jnp.where(opt_state.finite, opt_state.loss, jnp.nan if opt_state.fusion is not None else loss)
+        return Step(params, opt_state, self.after_update(state, opt_state.finite), loss, aux)
 
     def after_update(self, state: PrecisionState, finite) -> PrecisionState:
         """Loss-scale, skip and escalation bookkeeping after an update that was `finite` or not."""

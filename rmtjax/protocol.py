@@ -35,6 +35,11 @@ from flax import struct
 # hyperparameter groups the meta-controller knows: each has bounds in `meta:` and a move
 GROUPS = ("lr", "gamma", "eps")
 
+# integer metrics that count the clock (env steps, gradient updates per seed): they follow from
+# `t`, are the same on every device and are never summed across devices (other integer metrics
+# are counts of this device's, e.g. `episode_count`, and are)
+CLOCK_METRICS = ("env_steps", "updates")
+
 
 def hparam(group: str | None = None):
     """A field of an agent's `HParams`; `group` is one of `GROUPS` or None (no meta move)."""

@@ -8,15 +8,16 @@ import yaml
 import rmtjax
 from rmtjax.agents import build_agent
 from rmtjax.config import Config, ConfigError
+from rmtjax.guard import GuardState, guard
 from rmtjax.precision import Precision, PrecisionConfig
 
 
 # -- the guard and the loss scale, on a toy problem ------------------------------------------
 def toy(**cfg):
-    """A policy, params w = [1, 1, 1], SGD(0.1) and a loss that is sum(w²) or, on request, not finite."""
+    """A policy, params w = [1, 1, 1], guarded SGD(0.1) and a loss that is sum(w²) or, on request, not finite."""
     prec = Precision(PrecisionConfig(**cfg))
     params = {"w": jnp.ones(3)}
-    tx = optax.sgd(0.1)
+    tx = guard(optax.sgd(0.1))
     return prec, prec.init(), params, tx.init(params), tx
 
 
@@ -26,8 +27,8 @@ def step(prec, ps, params, opt, tx, bad=False, bad_only_in_low=False, clip=0.0):
         overflow = bad and (not bad_only_in_low or dtype != jnp.float32)
         return (loss + jnp.inf if overflow else loss), ()
 
-    params, opt, ps, _, _, stats = prec.update(ps, loss_fn, params, opt, tx, clip)
-    return ps, params, opt, stats
+    out = prec.step(ps, loss_fn, params, opt, tx, clip)
+    return out.precision, out.params, out.opt_state, out.stats
 
 
 def test_loss_scale_doubles_after_the_growth_interval_and_halves_on_overflow():
@@ -47,17 +48,24 @@ def test_loss_scale_doubles_after_the_growth_interval_and_halves_on_overflow():
 def test_a_non_finite_update_leaves_params_and_optimiser_state_unchanged():
     prec = Precision(PrecisionConfig())
     params = {"w": jnp.array([1.0, 0.0])}
-    tx = optax.adam(0.1)
+    tx = guard(optax.adam(0.1))
     opt = tx.init(params)
     ps = prec.init()
-    params, opt, ps, _, _, _ = prec.update(ps, lambda p, dt: (jnp.sum(p["w"] ** 2), ()), params, opt, tx)
+    out = prec.step(ps, lambda p, dt: (jnp.sum(p["w"] ** 2), ()), params, opt, tx)
+    params, opt, ps = out.params, out.opt_state, out.precision
+    assert bool(opt.finite) and int(opt.inner[0].count) == 1
     # a finite loss whose gradient is not finite: d/dw sqrt(w) at w = 0
-    before = jax.tree.leaves((params, opt))
-    params2, opt2, ps, loss, _, stats = prec.update(ps, lambda p, dt: (jnp.sum(jnp.sqrt(jnp.abs(p["w"]))), ()),
-                                                    params, opt, tx)
-    assert np.isfinite(float(loss)) and not np.isfinite(float(stats["grad_norm"]))
-    assert float(stats["update_skipped"]) == 1.0 and int(ps.skipped) == 1
-    for a, b in zip(before, jax.tree.leaves((params2, opt2))):
+    before = jax.tree.leaves((params, opt.inner))
+    out = prec.step(ps, lambda p, dt: (jnp.sum(jnp.sqrt(jnp.abs(p["w"]))), ()), params, opt, tx)
+    assert np.isfinite(float(out.loss)) and not np.isfinite(float(out.stats["grad_norm"]))
+    assert float(out.stats["update_skipped"]) == 1.0 and int(out.precision.skipped) == 1
+    assert isinstance(out.opt_state, GuardState) and not bool(out.opt_state.finite)
+    for a, b in zip(before, jax.tree.leaves((out.params, out.opt_state.inner))):
+        np.testing.assert_array_equal(a, b)
+    # a non-finite loss with a finite gradient is skipped as well
+    out = prec.step(ps, lambda p, dt: (jnp.sum(p["w"] ** 2) + jnp.nan, ()), params, opt, tx)
+    assert float(out.stats["update_skipped"]) == 1.0 and np.isnan(float(out.loss))
+    for a, b in zip(before, jax.tree.leaves((out.params, out.opt_state.inner))):
         np.testing.assert_array_equal(a, b)
 
 

@@ -37,8 +37,8 @@ def test_the_toy_declares_its_groups_and_nothing_else_is_looked_up():
                                                          "eps": ("eps_from", "eps_to")}
     with pytest.raises(TypeError, match="missing .*signals"):
         register_agent("broken", type("Broken", (), {"Config": None, "HParams": None}))
-    with pytest.raises(ConfigError, match="toy does not train on several devices"):
-        toy_config(distributed={"devices": 2})
+    with pytest.raises(ConfigError, match="env.num_envs: 8 must be a multiple of distributed.devices"):
+        toy_config(distributed={"devices": 3})
 
 
 def test_rules_move_the_groups_the_toy_declares():
@@ -92,12 +92,25 @@ def test_curriculum_sets_hparams_and_env_parameters_of_the_toy():
 
 
 def test_bf16_and_the_guard_skip_the_toys_diverging_updates():
+    from rmtjax.health import HealthWarning
+
     cfg = toy_config(precision={"compute": "bf16"}, agent={"step_size": 1.0, "clip": 0.0})
-    result = rmtjax.train(cfg, jax.random.key(4))
+    with pytest.warns(HealthWarning, match="skipped every update"):  # and the run says so
+        result = rmtjax.train(cfg, jax.random.key(4))
     m = result.metrics
     assert np.all(m["precision_bits"] == 16)
     assert m["skipped_updates"][:, -1].min() > 0  # the unclipped step of 1.0 overflows, and is skipped
     assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(result.state.params))
+
+
+def test_4_devices_with_mean_fusion_give_the_toy_the_parameters_of_1_device_with_the_global_batch():
+    from tests.test_distributed import run_worker
+
+    r = run_worker(["toy"])
+    assert r["max_param_move"] > 1e-4  # the three steps did move the parameters
+    assert r["max_param_diff"] < 1e-6 * max(1.0, r["param_scale"]), r
+    np.testing.assert_allclose(r["loss_four"], r["loss_one"], rtol=1e-6)
+    np.testing.assert_allclose(r["grad_norm_four"], r["grad_norm_one"], rtol=1e-6)
 
 
 KILL_AFTER_FIRST_CHUNK = """

@@ -1,8 +1,6 @@
-"""A toy agent that implements only `rmtjax.protocol` (on the clock of `rmtjax.agents.base.Agent`):
-linear Q-learning with ε-greedy actions, one TD(0) step per iteration on the envs' transitions.
-Registered as `algo: toy`. It never names a metric or state field any shared layer looks for;
-tests/test_protocol.py checks that it gets the meta-controller, PBT, curriculum, low precision
-with the guard, several devices and run directories all the same."""
+"""A toy agent implementing only `rmtjax.protocol` (on the clock of `rmtjax.agents.base.Agent`):
+linear Q-learning, ε-greedy, a TD(0) step per iteration; `algo: toy`. It names no metric or state
+field a shared layer looks for; tests/test_protocol.py shows it gets them all."""
 
 from __future__ import annotations
 
@@ -18,6 +16,7 @@ from rmtjax.agents import register_agent
 from rmtjax.agents.base import Agent
 from rmtjax.envs import VecEnvState, episode_metrics
 from rmtjax.exploration import linear_schedule
+from rmtjax.guard import with_lr
 from rmtjax.precision import PrecisionState, summarize
 from rmtjax.protocol import Learner, Signals, hparam
 from rmtjax.schema import Section, param
@@ -56,10 +55,11 @@ class ToyState:
 class Toy(Agent):
     Config = ToyConfig
     HParams = ToyHParams
+    data_parallel = True  # its update goes through the guard, which fuses gradients across devices
 
     def __init__(self, config):
         super().__init__(config)
-        self.tx = optax.inject_hyperparams(optax.sgd)(learning_rate=self.cfg.step_size)
+        self.tx = self.guarded(optax.inject_hyperparams(optax.sgd)(learning_rate=self.cfg.step_size))
 
     @property
     def steps_per_iteration(self) -> int:
@@ -70,12 +70,11 @@ class Toy(Agent):
 
     def init(self, key, hparams=None) -> ToyState:
         k_env, k_w, key = jax.random.split(key, 3)
-        obs, env_state = self.env.reset(k_env)
+        obs, env_state = self.env.reset(*self.device_keys(k_env))  # each device its own envs
         shape = (obs.shape[-1], self.spec.num_actions)
         params = {"w": 0.01 * jax.random.normal(k_w, shape), "b": jnp.zeros(shape[1:])}
-        hp = self.default_hparams(hparams)
-        opt_state = self.tx.init(params)
-        return ToyState(params, opt_state, env_state, obs, self.precision.init(), hp, key)
+        return ToyState(params, self.tx.init(params), env_state, obs, self.precision.init(),
+                        self.default_hparams(hparams), key)
 
     def act(self, params, obs, key=None):
         return jnp.argmax(self.q(params, obs), -1)
@@ -83,27 +82,29 @@ class Toy(Agent):
     def step(self, state: ToyState, t):
         hp, prec = state.hparams, self.precision
         key, k_eps, k_rand, k_env = jax.random.split(state.key, 4)
+        k_eps, k_rand, k_env = self.device_keys(k_eps, k_rand, k_env)
         eps = linear_schedule(hp.eps_from, hp.eps_to, self.progress(t), 0.5)
         greedy = self.act(state.params, state.obs)
         explore = jax.random.uniform(k_eps, greedy.shape) < eps
         action = jnp.where(explore, jax.random.randint(k_rand, greedy.shape, 0, self.spec.num_actions), greedy)
         obs, env_state, reward, terminated, _, info = self.env.step(k_env, state.env_state, action)
         target = reward + hp.discount * (1.0 - terminated) * self.q(state.params, info["final_obs"]).max(-1)
-
-        def loss_fn(params, dtype):
-            q = jnp.take_along_axis(self.q(params, state.obs, dtype), action[:, None], -1)[:, 0]
-            return jnp.mean((q - jax.lax.stop_gradient(target)) ** 2), {}
-
-        opt_state = state.opt_state._replace(hyperparams={"learning_rate": hp.step_size})
-        params, opt_state, prec_state, loss, _, guard = prec.update(state.precision, loss_fn, state.params,
-                                                                    opt_state, self.tx, hp.clip)
-        stats = summarize({"td_loss": loss[None], **{k: v[None] for k, v in guard.items()}})
-        new = state.replace(params=params, opt_state=opt_state, env_state=env_state, obs=obs, precision=prec_state,
-                            key=key)
+        up = self.learn(state.params, state.opt_state, state.precision, state.obs, action, target, hp)
+        stats = summarize({"td_loss": up.loss[None], **{k: v[None] for k, v in up.stats.items()}})
+        new = state.replace(params=up.params, opt_state=up.opt_state, env_state=env_state, obs=obs,
+                            precision=up.precision, key=key)
         metrics = {"env_steps": self.env_steps_after(t), **episode_metrics(state.env_state, env_state), **stats,
                    "random_share": explore.mean(), **{f.name: getattr(hp, f.name) for f in dataclasses.fields(hp)},
-                   **prec.metrics(prec_state, hp.clip)}
+                   **prec.metrics(up.precision, hp.clip)}
         return new, metrics
+
+    def learn(self, params, opt_state, prec_state, obs, action, target, hp):
+        """One guarded TD step on a batch of transitions (a `rmtjax.precision.Step`)."""
+        def loss_fn(p, dtype):
+            q = jnp.take_along_axis(self.q(p, obs, dtype), action[:, None], -1)[:, 0]
+            return jnp.mean((q - jax.lax.stop_gradient(target)) ** 2), {}
+
+        return self.precision.step(prec_state, loss_fn, params, with_lr(opt_state, hp.step_size), self.tx, hp.clip)
 
     def signals(self, metrics) -> Signals:
         return Signals(episode_return=metrics["episode_return"], episodes=metrics["episode_count"],

@@ -10,7 +10,9 @@ from typing import Mapping
 import jax
 import jax.numpy as jnp
 
+from rmtjax.distributed import Fusion, device_index
 from rmtjax.envs import make_env
+from rmtjax.guard import guard
 from rmtjax.precision import Precision
 from rmtjax.protocol import Learner, Signals
 from rmtjax.schema import ConfigError
@@ -33,11 +35,15 @@ class Agent:
 
     `state.hparams` holds the numbers a user may sweep or the meta-controller may move; the
     rest of `Config` is static structure baked into the compiled program. Every gradient
-    update goes through `self.precision.update` (see `rmtjax.precision`), whose per-seed state
-    is `state.precision`.
+    update goes through `self.precision.step` (see `rmtjax.precision`), whose per-seed state
+    is `state.precision`; the optimiser is wrapped in the update guard with `self.guarded(...)`.
 
     With `distributed.devices` D > 1 the agent's `init` and `step` run on one device of the
-    mesh (inside `shard_map`): `self.env` holds that device's `num_envs / D` environments.
+    mesh (inside `shard_map`): `self.env` holds that device's `num_envs / D` environments,
+    `self.device_keys` gives each device its own random streams, and the guard fuses the
+    devices' gradients (`self.fusion`), so the agent's code is the same on one device or many.
+    The driver reduces an iteration's metrics across the devices (`rmtjax.distributed.
+    reduced_step`), before the meta-controller reads them.
     """
 
     Config: type
@@ -54,6 +60,20 @@ class Agent:
         self.env = make_env(local_env)
         self.spec = self.env.spec
         self.precision = Precision(config.precision)  # compute dtype, loss scaling, the update guard
+        # the gradient fusion across devices (in the guard's state), None on one device
+        self.fusion = Fusion(config.distributed) if self.shards > 1 else None
+
+    def guarded(self, inner):
+        """The optimiser `inner` wrapped in the update guard (`rmtjax.guard`): finiteness skip,
+        loss scaling, the clip in force and, on several devices, the gradient fusion."""
+        return guard(inner, self.fusion)
+
+    def device_keys(self, *keys):
+        """`keys` folded with this device's index on several devices (each device its own envs
+        and random streams), unchanged on one."""
+        if self.fusion is None:
+            return keys
+        return tuple(jax.random.fold_in(k, device_index()) for k in keys)
 
     @property
     def steps_per_iteration(self) -> int:

@@ -3,7 +3,13 @@
 One iteration: roll out `rollout_len` steps in `num_envs` envs, compute GAE advantages
 (bootstrapping through time-limit truncations from the pre-reset observation, never through
 terminal states), then `num_epochs` passes of `num_minibatches` clipped-objective updates,
-each through the precision guard (`rmtjax.precision`: a non-finite update is skipped).
+each through the update guard (`rmtjax.guard`: a non-finite update is skipped).
+
+With `distributed.devices` D > 1 each device rolls out its `num_envs / D` envs, splits its
+share of the rollout into `num_minibatches` minibatches and the guard fuses the devices'
+gradients, so a global minibatch is the devices' minibatches together; the advantages are
+normalised with the mean and standard deviation over all of them (`minibatch_step`), so mean
+fusion on D devices is one device with the global minibatch.
 """
 
 from __future__ import annotations
@@ -11,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -20,14 +25,12 @@ from flax import struct
 
 from rmtjax.agents.base import Agent, hparam_metrics
 from rmtjax.envs import VecEnvState, episode_metrics
-from rmtjax.networks import MLP
-from rmtjax.networks.init import orthogonal
-from rmtjax.precision import PrecisionState, ema, summarize
+from rmtjax.guard import lr_in_force, with_lr
+from rmtjax.networks import ActorNet, CriticNet, per_dtype
+from rmtjax.networks.distributions import gaussian_entropy, gaussian_log_prob
+from rmtjax.precision import PrecisionState, Step, ema, summarize
 from rmtjax.protocol import Learner, Signals, hparam
 from rmtjax.schema import ConfigError, Section, param
-
-LOG_2PI = float(np.log(2 * np.pi))
-
 
 @dataclasses.dataclass(frozen=True)
 class PPOConfig(Section):
@@ -44,7 +47,7 @@ class PPOConfig(Section):
     vf_coef: float = param(0.5, lo=0.0, doc="value-loss weight")
     max_grad_norm: float = param(0.5, lo=0.0, lo_open=True, doc="global-norm gradient clip (initial; see "
                                                                 "precision.clip_decay_to)")
-    normalize_advantages: bool = param(True, doc="normalise advantages per minibatch")
+    normalize_advantages: bool = param(True, doc="normalise advantages per minibatch (over all devices' shares)")
     hidden: tuple[int, ...] = param((64, 64), lo=1, doc="hidden layer widths of actor and critic")
     activation: str = param("tanh", choices=("tanh", "relu", "gelu", "silu", "elu"))
     init_log_std: float = param(0.0, lo=-5.0, hi=2.0, doc="continuous actions: initial log std")
@@ -73,7 +76,7 @@ class PPOHParams:
 @struct.dataclass
 class PPOState:
     params: Any  # {"actor": ..., "critic": ...}
-    opt_state: Any
+    opt_state: Any  # the guarded optimiser's (rmtjax.guard.GuardState)
     env_state: VecEnvState
     obs: jax.Array  # [num_envs, *obs_shape] current observation
     value_loss_ema: jax.Array  # moving average of the value loss over iterations
@@ -82,39 +85,10 @@ class PPOState:
     key: jax.Array
 
 
-class ActorNet(nn.Module):
-    hidden: tuple
-    activation: str
-    out_dim: int
-    continuous: bool
-    init_log_std: float
-    dtype: Any = jnp.float32  # compute dtype; parameters and outputs are float32
-
-    @nn.compact
-    def __call__(self, obs):
-        x = MLP(self.hidden, self.activation, dtype=self.dtype)(obs)
-        out = nn.Dense(self.out_dim, kernel_init=orthogonal(0.01), dtype=self.dtype)(x)
-        out = out.astype(jnp.float32)
-        if self.continuous:
-            log_std = self.param("log_std", nn.initializers.constant(self.init_log_std), (self.out_dim,))
-            return out, jnp.broadcast_to(log_std, out.shape)
-        return out, None
-
-
-class CriticNet(nn.Module):
-    hidden: tuple
-    activation: str
-    dtype: Any = jnp.float32  # compute dtype; parameters and output are float32
-
-    @nn.compact
-    def __call__(self, obs):
-        x = MLP(self.hidden, self.activation, dtype=self.dtype)(obs)
-        return nn.Dense(1, kernel_init=orthogonal(1.0), dtype=self.dtype)(x)[:, 0].astype(jnp.float32)
-
-
 class PPO(Agent):
     Config = PPOConfig
     HParams = PPOHParams
+    data_parallel = True  # the guard fuses the gradients across devices
 
     def __init__(self, config):
         super().__init__(config)
@@ -122,14 +96,13 @@ class PPO(Agent):
         self.continuous = not spec.discrete
         out_dim = int(np.prod(spec.action_shape)) if self.continuous else spec.num_actions
         # one module per compute dtype (same float32 parameters); `actor`/`critic` are the float32 ones
-        dtypes = {jnp.dtype(dt) for dt in (*self.precision.dtypes, jnp.float32)}
-        self.actors = {dt: ActorNet(c.hidden, c.activation, out_dim, self.continuous, c.init_log_std, dt)
-                       for dt in dtypes}
-        self.critics = {dt: CriticNet(c.hidden, c.activation, dt) for dt in dtypes}
+        self.actors = per_dtype(lambda dt: ActorNet(c.hidden, c.activation, out_dim, self.continuous,
+                                                    c.init_log_std, dt), self.precision.dtypes)
+        self.critics = per_dtype(lambda dt: CriticNet(c.hidden, c.activation, dt), self.precision.dtypes)
         self.actor, self.critic = self.actors[jnp.dtype(jnp.float32)], self.critics[jnp.dtype(jnp.float32)]
-        # clipping is done by the precision guard
-        self.tx = optax.inject_hyperparams(lambda learning_rate: optax.adam(learning_rate, eps=1e-5))(
-            learning_rate=c.lr)
+        # the clip is the guard's; the lr is injected each iteration (the annealing)
+        self.tx = self.guarded(optax.inject_hyperparams(lambda learning_rate: optax.adam(learning_rate, eps=1e-5))(
+            learning_rate=c.lr))
 
     @property
     def steps_per_iteration(self) -> int:
@@ -139,11 +112,7 @@ class PPO(Agent):
     def _log_prob_entropy(self, actor_out, action):
         logits, log_std = actor_out
         if self.continuous:
-            a = action.reshape(logits.shape)
-            z = (a - logits) * jnp.exp(-log_std)
-            log_prob = jnp.sum(-0.5 * z**2 - log_std - 0.5 * LOG_2PI, axis=-1)
-            entropy = jnp.sum(log_std + 0.5 * (1.0 + LOG_2PI), axis=-1)
-            return log_prob, entropy
+            return gaussian_log_prob(logits, log_std, action.reshape(logits.shape)), gaussian_entropy(log_std)
         logp_all = jax.nn.log_softmax(logits)
         log_prob = jnp.take_along_axis(logp_all, action[:, None], axis=-1)[:, 0]
         entropy = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
@@ -159,6 +128,7 @@ class PPO(Agent):
     # -- protocol -------------------------------------------------------------------------
     def init(self, key, hparams=None) -> PPOState:
         k_env, k_actor, k_critic, key = jax.random.split(key, 4)
+        k_env, key = self.device_keys(k_env, key)  # each device its own envs; the parameters the same on all
         obs, env_state = self.env.reset(k_env)
         params = {"actor": self.actor.init(k_actor, obs), "critic": self.critic.init(k_critic, obs)}
         hp = self.default_hparams(hparams)
@@ -177,6 +147,40 @@ class PPO(Agent):
         """(actor output, value) with the networks computing in `dtype`."""
         return self.actors[jnp.dtype(dtype)].apply(params["actor"], obs), \
             self.critics[jnp.dtype(dtype)].apply(params["critic"], obs)
+
+    def _normalize(self, adv):
+        """Advantages with zero mean and unit standard deviation over the minibatch; on several
+        devices the statistics are over all the devices' shares (the global minibatch)."""
+        if self.fusion is None:
+            return (adv - adv.mean()) / (adv.std() + 1e-8)
+        mean = jax.lax.pmean(adv.mean(), self.fusion.axis)
+        var = jax.lax.pmean(jnp.mean((adv - mean) ** 2), self.fusion.axis)
+        return (adv - mean) / (jnp.sqrt(var) + 1e-8)
+
+    def minibatch_step(self, params, opt_state, prec_state, mb, hp: PPOHParams, clip) -> Step:
+        """One guarded (on several devices, fused) clipped-objective update on this device's
+        minibatch `mb` (obs, action, log_prob, value, advantage, target): a `rmtjax.precision.Step`
+        whose `aux` holds the loss terms and diagnostics."""
+        c = self.cfg
+
+        def loss_fn(params, dtype):
+            actor_out, value = self._forward(params, mb["obs"], dtype)
+            log_prob, entropy = self._log_prob_entropy(actor_out, mb["action"])
+            adv = mb["advantage"]
+            if c.normalize_advantages:
+                adv = self._normalize(adv)
+            ratio = jnp.exp(log_prob - mb["log_prob"])
+            pg = -jnp.minimum(ratio * adv, jnp.clip(ratio, 1 - hp.clip_eps, 1 + hp.clip_eps) * adv).mean()
+            v_clipped = mb["value"] + jnp.clip(value - mb["value"], -hp.clip_eps, hp.clip_eps)
+            v_loss = 0.5 * jnp.maximum((value - mb["target"]) ** 2, (v_clipped - mb["target"]) ** 2).mean()
+            ent = entropy.mean()
+            loss = pg + hp.vf_coef * v_loss - hp.ent_coef * ent
+            aux = {"policy_loss": pg, "value_loss": v_loss, "entropy": ent,
+                   "approx_kl": ((ratio - 1) - jnp.log(ratio)).mean(),
+                   "clip_frac": (jnp.abs(ratio - 1) > hp.clip_eps).mean()}
+            return loss, aux
+
+        return self.precision.step(prec_state, loss_fn, params, opt_state, self.tx, clip)
 
     def step(self, state: PPOState, t):
         c, hp, prec = self.cfg, state.hparams, self.precision
@@ -210,32 +214,14 @@ class PPO(Agent):
         batch["target"] = targets.reshape(-1)
 
         progress = self.progress(t)
-        lr = hp.lr * (1.0 - progress) if c.anneal_lr else hp.lr
+        lr = lr_in_force(hp.lr, progress, 0.0 if c.anneal_lr else 1.0)
         clip = prec.clip_threshold(hp.max_grad_norm, progress)
-        opt_state = state.opt_state._replace(hyperparams={**state.opt_state.hyperparams, "learning_rate": lr})
-
-        def loss_fn(params, mb, dtype):
-            actor_out, value = self._forward(params, mb["obs"], dtype)
-            log_prob, entropy = self._log_prob_entropy(actor_out, mb["action"])
-            adv = mb["advantage"]
-            if c.normalize_advantages:
-                adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-            ratio = jnp.exp(log_prob - mb["log_prob"])
-            pg = -jnp.minimum(ratio * adv, jnp.clip(ratio, 1 - hp.clip_eps, 1 + hp.clip_eps) * adv).mean()
-            v_clipped = mb["value"] + jnp.clip(value - mb["value"], -hp.clip_eps, hp.clip_eps)
-            v_loss = 0.5 * jnp.maximum((value - mb["target"]) ** 2, (v_clipped - mb["target"]) ** 2).mean()
-            ent = entropy.mean()
-            loss = pg + hp.vf_coef * v_loss - hp.ent_coef * ent
-            aux = {"policy_loss": pg, "value_loss": v_loss, "entropy": ent,
-                   "approx_kl": ((ratio - 1) - jnp.log(ratio)).mean(),
-                   "clip_frac": (jnp.abs(ratio - 1) > hp.clip_eps).mean()}
-            return loss, aux
+        opt_state = with_lr(state.opt_state, lr)
 
         def update_minibatch(carry, mb):
             params, opt_state, prec_state = carry
-            params, opt_state, prec_state, _, aux, guard = prec.update(
-                prec_state, lambda p, dt: loss_fn(p, mb, dt), params, opt_state, self.tx, clip)
-            return (params, opt_state, prec_state), {**aux, **guard}
+            out = self.minibatch_step(params, opt_state, prec_state, mb, hp, clip)
+            return (out.params, out.opt_state, out.precision), {**out.aux, **out.stats}
 
         def update_epoch(carry, k):
             perm = jax.random.permutation(k, T * N)
@@ -252,11 +238,20 @@ class PPO(Agent):
         new_state = state.replace(params=params, opt_state=opt_state, env_state=env_state, obs=obs,
                                   value_loss_ema=value_loss_ema, precision=prec_state, key=key)
         metrics = {"env_steps": env_steps, **episode_metrics(state.env_state, env_state), **stats,
-                   "value_loss_ema": value_loss_ema, **hparam_metrics(hp), "lr_effective": lr,
+                   "value_loss_ema": value_loss_ema, **hparam_metrics(hp), "lr_in_force": lr,
                    **prec.metrics(prec_state, clip)}
         return new_state, metrics
 
     # -- the protocol --------------------------------------------------------------------------
+    @classmethod
+    def check_devices(cls, config, devices: int) -> None:
+        super().check_devices(config, devices)
+        local = config.env.num_envs // devices * config.agent.rollout_len
+        if local % config.agent.num_minibatches:
+            raise ConfigError(f"agent.num_minibatches: {config.agent.num_minibatches} must divide each device's "
+                              f"share of the rollout, env.num_envs / distributed.devices × agent.rollout_len = "
+                              f"{local}")
+
     def signals(self, metrics) -> Signals:
         entropy = metrics["entropy"]
         explore = entropy / self.max_entropy if self.max_entropy else None  # no ε: the entropy's share of its maximum

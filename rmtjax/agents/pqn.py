@@ -10,7 +10,7 @@ data, a LayerNorm in the Q-network keeps the bootstrapped targets stable. One it
    ended in before any reset: a time-limit truncation bootstraps, a termination never does,
    and no return flows across an episode boundary;
 3. `num_epochs` passes of `num_minibatches` updates of ½ (Q(s_t, a_t) − G_t)², each through
-   the precision guard (`rmtjax.precision`: global-norm clipping, a non-finite update is skipped).
+   the update guard (`rmtjax.guard`: global-norm clipping, a non-finite update is skipped).
 
 The learning rate decays linearly from `lr` to `lr × lr_end_frac` over the run and ε from
 `eps_start` to `eps_end` over the first `eps_decay_frac` of it, both read from the clock `t`.
@@ -29,7 +29,8 @@ from flax import struct
 from rmtjax import exploration
 from rmtjax.agents.base import Agent, hparam_metrics
 from rmtjax.envs import VecEnvState, episode_metrics
-from rmtjax.networks import QHead, QNetwork, make_torso
+from rmtjax.guard import lr_in_force, with_lr
+from rmtjax.networks import QHead, QNetwork, make_torso, per_dtype
 from rmtjax.precision import PrecisionState, summarize
 from rmtjax.protocol import Learner, Signals, hparam
 from rmtjax.schema import ConfigError, Section, param
@@ -151,10 +152,10 @@ class PQN(Agent):
             return QNetwork(torso, QHead(spec.num_actions, False, dtype))
 
         # one module per compute dtype (same float32 parameters); `net` is the float32 one
-        self.nets = {jnp.dtype(dt): net(dt) for dt in {*self.precision.dtypes, jnp.float32}}
+        self.nets = per_dtype(net, self.precision.dtypes)
         self.net = self.nets[jnp.dtype(jnp.float32)]
-        # clipping is done by the precision guard; the lr is injected each iteration (the decay)
-        self.tx = optax.inject_hyperparams(OPTIMIZERS[c.optimizer])(learning_rate=c.lr)
+        # the clip is the guard's; the lr is injected each iteration (the decay)
+        self.tx = self.guarded(optax.inject_hyperparams(OPTIMIZERS[c.optimizer])(learning_rate=c.lr))
 
     @property
     def steps_per_iteration(self) -> int:
@@ -179,7 +180,7 @@ class PQN(Agent):
         c, hp, prec = self.cfg, state.hparams, self.precision
         progress = self.progress(t)
         epsilon = exploration.linear_schedule(hp.eps_start, hp.eps_end, progress, c.eps_decay_frac)
-        lr = hp.lr * (1.0 - (1.0 - c.lr_end_frac) * progress)
+        lr = lr_in_force(hp.lr, progress, c.lr_end_frac)
         clip = prec.clip_threshold(hp.max_grad_norm, progress)
 
         # 1. act
@@ -208,7 +209,7 @@ class PQN(Agent):
                  "action": traj["action"].reshape(-1), "target": targets.reshape(-1)}
 
         # 3. learn
-        opt_state = state.opt_state._replace(hyperparams={**state.opt_state.hyperparams, "learning_rate": lr})
+        opt_state = with_lr(state.opt_state, lr)
 
         def loss_fn(params, mb, dtype):
             q = jnp.take_along_axis(self.q_values(params, mb["obs"], dtype), mb["action"][:, None], axis=-1)[:, 0]
@@ -217,9 +218,8 @@ class PQN(Agent):
 
         def update_minibatch(carry, mb):
             params, opt_state, prec_state = carry
-            params, opt_state, prec_state, loss, aux, guard = prec.update(
-                prec_state, lambda p, dt: loss_fn(p, mb, dt), params, opt_state, self.tx, clip)
-            return (params, opt_state, prec_state), {"loss": loss, **aux, **guard}
+            out = prec.step(prec_state, lambda p, dt: loss_fn(p, mb, dt), params, opt_state, self.tx, clip)
+            return (out.params, out.opt_state, out.precision), {"loss": out.loss, **out.aux, **out.stats}
 
         def update_epoch(carry, k):
             perm = jax.random.permutation(k, T * N)

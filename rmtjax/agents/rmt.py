@@ -13,7 +13,7 @@ One iteration (see the design notes), each phase under `jax.named_scope("phase/<
    since the clock `t` is not batched over seeds): `num_updates` gradient steps on minibatches
    drawn across tiers with importance weights — Double-DQN n-step targets, a Huber or squared
    loss, global-norm clipping, Adam (or RMSProp) with an injectable lr, each through the
-   precision guard (`rmtjax.precision`: a non-finite update is skipped); the new TD errors are
+   update guard (`rmtjax.guard`: a non-finite update is skipped); the new TD errors are
    written back, so items move between tiers;
 4. diagnostics: tier shares of the minibatches, the TD-error moving average, the grad norm, the
    precision monitors, and every `diagnostics_every` iterations the top-TD share (it costs a
@@ -46,10 +46,10 @@ from flax import struct
 
 from rmtjax import exploration
 from rmtjax.agents.base import Agent, hparam_metrics
-from rmtjax.distributed import Fusion, device_index
 from rmtjax.envs import VecEnvState, episode_metrics
-from rmtjax.networks import TORSOS, PerDimQHead, QHead, QNetwork, make_torso
-from rmtjax.precision import PrecisionState, ema, finite_abs, summarize
+from rmtjax.guard import lr_in_force, with_lr
+from rmtjax.networks import TORSOS, PerDimQHead, QHead, QNetwork, make_torso, per_dtype
+from rmtjax.precision import PrecisionState, Step, ema, finite_abs, summarize
 from rmtjax.protocol import Learner, Signals, hparam
 from rmtjax.schema import ConfigError, Section, param
 from rmtjax.replay import make_replay
@@ -168,7 +168,7 @@ class NStepWindow:
 class RMTState:
     params: Any
     target_params: Any
-    opt_state: Any
+    opt_state: Any  # the guarded optimiser's (rmtjax.guard.GuardState; the gradient fusion's state inside)
     env_state: VecEnvState
     obs: jax.Array
     window: NStepWindow
@@ -180,7 +180,6 @@ class RMTState:
     precision: PrecisionState
     hparams: RMTHParams
     key: jax.Array
-    fusion: Any = None  # data-parallel runs: this device's gradient-fusion state (None on one device)
 
 
 @struct.dataclass
@@ -197,7 +196,7 @@ class Schedule:
 class RMT(Agent):
     Config = RMTConfig
     HParams = RMTHParams
-    data_parallel = True  # the gradient step fuses across devices (rmtjax.distributed.Fusion)
+    data_parallel = True  # the guard fuses the gradients across devices
 
     def __init__(self, config):
         super().__init__(config)
@@ -215,15 +214,14 @@ class RMT(Agent):
             return QNetwork(torso, head)
 
         # one module per compute dtype (same float32 parameters); `net` is the float32 one
-        self.nets = {jnp.dtype(dt): net(dt) for dt in {*self.precision.dtypes, jnp.float32}}
+        self.nets = per_dtype(net, self.precision.dtypes)
         self.net = self.nets[jnp.dtype(jnp.float32)]
         self.num_updates = max(1, round(c.updates_per_step * config.env.num_envs * c.rollout_len))
         optimizer = optax.adam if c.optimizer == "adam" else (lambda learning_rate: optax.rmsprop(learning_rate, **RMSPROP))
-        self.tx = optax.inject_hyperparams(optimizer)(learning_rate=c.lr)  # clipping: in the precision guard
+        self.tx = self.guarded(optax.inject_hyperparams(optimizer)(learning_rate=c.lr))  # the clip: in the guard
         # this device's share of each minibatch and of the replay capacity (all of it on one device)
         self.local_batch = c.batch_size // self.shards
         self.local_envs = config.env.num_envs // self.shards
-        self.fusion = Fusion(config.distributed) if self.shards > 1 else None
         self.replay = make_replay(c.replay, capacity=c.buffer_size // self.shards, fractions=c.tier_fractions,
                                   proportions=c.tier_proportions, alpha=c.priority_alpha)
 
@@ -335,9 +333,8 @@ class RMT(Agent):
     def init(self, key, hparams=None) -> RMTState:
         c, spec = self.cfg, self.spec
         k_env, k_net, k_fill, key = jax.random.split(key, 4)
-        if self.fusion is not None:
-            # each device its own envs and random streams; the parameters the same on all
-            k_env, k_fill, key = (jax.random.fold_in(k, device_index()) for k in (k_env, k_fill, key))
+        # each device its own envs and random streams; the parameters the same on all
+        k_env, k_fill, key = self.device_keys(k_env, k_fill, key)
         obs, env_state = self.env.reset(k_env)
         params = self.net.init(k_net, obs)
         hp = self.default_hparams(hparams)
@@ -365,23 +362,18 @@ class RMT(Agent):
             params=params, target_params=params, opt_state=self.tx.init(params), env_state=env_state, obs=obs,
             window=window, replay=self.replay.init(example), log_temperature=jnp.log(jnp.float32(c.init_temperature)),
             hold=exploration.Hold.empty(action_shape), td_ema=jnp.zeros(()), key_share=jnp.zeros(()),
-            precision=self.precision.init(), hparams=hp, key=key,
-            fusion=None if self.fusion is None else self.fusion.init(params))
+            precision=self.precision.init(), hparams=hp, key=key)
 
-    def gradient_step(self, params, target_params, opt_state, prec_state, fusion_state, batch, weight, gamma,
-                      clip):
+    def gradient_step(self, params, target_params, opt_state, prec_state, batch, weight, gamma, clip) -> Step:
         """One guarded (and, on several devices, fused) step on this device's minibatch `batch`
-        with importance weights `weight` [B]. Returns `(params, opt_state, prec_state,
-        fusion_state, loss, (td, q), guard_stats)`; `loss` is the mean over the devices."""
+        with importance weights `weight` [B]: a `rmtjax.precision.Step` whose `aux` is `(td, q)`
+        and whose `loss` is the mean over the devices."""
 
         def loss_fn(p, dtype):
             td, q = self._td(p, target_params, batch, gamma, dtype)
             return self._loss(td, weight), (td, q)
 
-        fuse = None if self.fusion is None else self.fusion.fuse  # one device: the plain guarded update
-        params, opt_state, prec_state, loss, aux, guard, fusion_state = self.precision.fused_update(
-            prec_state, loss_fn, params, opt_state, self.tx, clip, fuse, fusion_state)
-        return params, opt_state, prec_state, fusion_state, loss, aux, guard
+        return self.precision.step(prec_state, loss_fn, params, opt_state, self.tx, clip)
 
     def schedule(self, hp: RMTHParams, t) -> Schedule:
         c = self.cfg
@@ -392,7 +384,7 @@ class RMT(Agent):
                                                      c.eps_decay_frac),
             beta=hp.beta_start + (1.0 - hp.beta_start) * progress,
             clip=self.precision.clip_threshold(hp.max_grad_norm, progress),
-            lr=hp.lr * (1.0 - (1.0 - c.lr_end_frac) * progress))
+            lr=lr_in_force(hp.lr, progress, c.lr_end_frac))
 
     @jax.named_scope("phase/act")
     def _act(self, state: RMTState, sched: Schedule, key):
@@ -440,14 +432,15 @@ class RMT(Agent):
         share_due = t % c.diagnostics_every == 0
 
         def update(carry, x):
-            (params, target_params, opt_state, replay, prec_state, fusion_state), share = carry
+            (params, target_params, opt_state, replay, prec_state), share = carry
             k, index = x
             with jax.named_scope("phase/sample"):
                 batch, info = self.replay.sample(replay, k, self.local_batch, sched.beta)
             with jax.named_scope("phase/grad_step"):
-                params, opt_state, prec_state, fusion_state, loss, (td, q), guard = self.gradient_step(
-                    params, target_params, opt_state, prec_state, fusion_state, batch, info.weight, hp.gamma,
-                    sched.clip)
+                out = self.gradient_step(params, target_params, opt_state, prec_state, batch, info.weight, hp.gamma,
+                                         sched.clip)
+                params, opt_state, prec_state, loss, (td, q) = (out.params, out.opt_state, out.precision, out.loss,
+                                                                out.aux)
             with jax.named_scope("phase/target"):
                 if c.target_update == "polyak":
                     target_params = optax.incremental_update(params, target_params, hp.tau)
@@ -456,7 +449,7 @@ class RMT(Agent):
                     target_params = jax.lax.cond((first + index) % c.target_update_every == 0, lambda: params,
                                                  lambda: target_params)
             with jax.named_scope("phase/diagnostics"):
-                stats = {"loss": loss, "td_abs": jnp.abs(td).mean(), "q_mean": q.mean(), **guard,
+                stats = {"loss": loss, "td_abs": jnp.abs(td).mean(), "q_mean": q.mean(), **out.stats,
                          **self.replay.batch_stats(replay, info)}
                 # the top-TD share of the iteration's last minibatch, every `diagnostics_every` iterations
                 share = jax.lax.cond(share_due & (index == self.num_updates - 1),
@@ -464,7 +457,7 @@ class RMT(Agent):
             # the write-back comes last: reading the batch after it would make XLA copy the buffer
             with jax.named_scope("phase/write_back"):
                 replay = self.replay.update(replay, info, finite_abs(td))
-            return ((params, target_params, opt_state, replay, prec_state, fusion_state), share), stats
+            return ((params, target_params, opt_state, replay, prec_state), share), stats
 
         xs = (keys[:-1], jnp.arange(self.num_updates, dtype=jnp.int32))
         (learner, key_share), stats = jax.lax.scan(update, (learner, key_share), xs)
@@ -478,8 +471,7 @@ class RMT(Agent):
         (obs, env_state, window, log_temp, hold), new, act_info = self._act(state, sched, k_roll)
         replay, td_new = self._store(state, new, hp.gamma)
 
-        opt_state = state.opt_state._replace(hyperparams={**state.opt_state.hyperparams, "learning_rate": sched.lr})
-        learner = (state.params, state.target_params, opt_state, replay, state.precision, state.fusion)
+        learner = (state.params, state.target_params, with_lr(state.opt_state, sched.lr), replay, state.precision)
         learning = t >= self.first_learning_iteration  # `t` is not batched: a real branch under vmap
 
         def skip(learner):
@@ -489,13 +481,13 @@ class RMT(Agent):
 
         learner, stats = jax.lax.cond(
             learning, lambda l: self._learn(l, t, k_learn, sched, hp, state.key_share), skip, learner)
-        params, target_params, opt_state, replay, prec_state, fusion_state = learner
+        params, target_params, opt_state, replay, prec_state = learner
         td_ema = ema(state.td_ema, stats["td_abs"], learning & (stats["skipped_frac"] < 1.0))
 
         new_state = state.replace(
             params=params, target_params=target_params, opt_state=opt_state, env_state=env_state, obs=obs,
             window=window, replay=replay, log_temperature=log_temp, hold=hold, td_ema=td_ema,
-            key_share=stats["top_td_share"], precision=prec_state, key=key, fusion=fusion_state)
+            key_share=stats["top_td_share"], precision=prec_state, key=key)
         with jax.named_scope("phase/diagnostics"):
             metrics = {
                 "env_steps": self.env_steps_after(t), **episode_metrics(state.env_state, env_state), **stats,
@@ -506,8 +498,6 @@ class RMT(Agent):
                 **({} if td_new is None else {"td_new_abs": td_new.mean()}),
                 **self.replay.buffer_stats(replay), **hparam_metrics(hp), **prec.metrics(prec_state, sched.clip),
             }
-            if self.fusion is not None:
-                metrics = self.fusion.reduce_metrics(metrics)
         return new_state, metrics
 
     # -- the protocol --------------------------------------------------------------------------

@@ -1,10 +1,16 @@
 """Soft actor-critic (twin critics, tanh-Gaussian actor, automatic temperature) as one pure `step`.
 
 One iteration: one step in each of `num_envs` envs (uniformly random actions until
-`learning_starts` env steps), the transitions written to a uniform ring buffer, then
-`updates_per_step` gradient updates, each of the critics, the actor and the temperature,
-followed by a Polyak update of the target critics. Each of the three goes through the
-precision guard (`rmtjax.precision`): a non-finite one is skipped.
+`learning_starts` env steps), the transitions written to a uniform replay (`make_replay`),
+then `round(updates_per_step × num_envs)` gradient updates, each of the critics, the actor and
+the temperature, followed by a Polyak update of the target critics (`optax.incremental_update`).
+Each of the three goes through the update guard (`rmtjax.guard`): a non-finite one is
+skipped.
+
+With `distributed.devices` D > 1 each device steps its `num_envs / D` envs, keeps its own
+replay shard of `buffer_size / D` and draws `batch_size / D` of each minibatch; the guard fuses
+the devices' gradients, so every device applies the same update (`update_on_batch` is the
+update on a given batch).
 
 The policy acts in [-1, 1]^|A| (the tanh of a Gaussian sample), which is what the critics see
 and the buffer stores; the env gets it rescaled to its box. Log-probabilities are those of the
@@ -17,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -26,14 +31,13 @@ from flax import struct
 
 from rmtjax.agents.base import Agent, hparam_metrics
 from rmtjax.envs import VecEnvState, episode_metrics
-from rmtjax.networks import MLP
+from rmtjax.guard import with_lr
+from rmtjax.networks import QNet, TanhGaussianActor, per_dtype
+from rmtjax.networks.distributions import tanh_gaussian_log_prob
 from rmtjax.precision import PrecisionState, ema, summarize
 from rmtjax.protocol import Learner, Signals, hparam
+from rmtjax.replay import make_replay
 from rmtjax.schema import ConfigError, Section, param
-from rmtjax.replay import ring
-
-LOG_2PI = float(np.log(2 * np.pi))
-LOG_2 = float(np.log(2.0))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +46,9 @@ class SACConfig(Section):
     buffer_size: int = param(100_000, lo=1, doc="replay capacity in transitions")
     batch_size: int = param(256, lo=1, doc="transitions per gradient update (drawn uniformly, with replacement)")
     learning_starts: int = param(1_000, lo=0, doc="env steps (all envs) of uniformly random actions before the first update")
-    updates_per_step: int = param(1, lo=1, doc="gradient updates per iteration (one step of every env)")
+    updates_per_step: float = param(0.25, lo=0.0, lo_open=True,
+                                    doc="gradient updates per env step (replay ratio): round(updates_per_step × "
+                                        "env.num_envs) per iteration, at least 1")
     actor_lr: float = param(3e-4, lo=0.0, hi=1.0, lo_open=True, doc="Adam learning rate of the actor")
     critic_lr: float = param(3e-4, lo=0.0, hi=1.0, lo_open=True, doc="Adam learning rate of the critics")
     alpha_lr: float = param(3e-4, lo=0.0, hi=1.0, doc="Adam learning rate of log(alpha); 0 keeps alpha at init_alpha")
@@ -91,31 +97,15 @@ class SACHParams:
 class SACState:
     params: Any  # {"actor": ..., "critic": ...}; critic leaves are stacked [2, ...] (twin critics)
     target_critic: Any  # Polyak average of params["critic"]
-    opt_state: Any  # {"actor", "critic", "alpha"}: optax states with injected learning rates
+    opt_state: Any  # {"actor", "critic", "alpha"}: guarded optax states with injected learning rates
     log_alpha: jax.Array  # log of the entropy temperature
     env_state: VecEnvState
     obs: jax.Array  # [num_envs, *obs_shape] current observation
-    replay: ring.RingState  # obs, action ([-1, 1]), reward, next_obs (pre-reset), terminated
+    replay: Any  # uniform replay of obs, action ([-1, 1]), reward, next_obs (pre-reset), terminated
     td_error_ema: jax.Array  # moving average of the critics' mean |TD error|
     precision: PrecisionState
     hparams: SACHParams
     key: jax.Array
-
-
-# -- the squashed Gaussian (hand-checked formulas) ----------------------------------------
-def tanh_gaussian_log_prob(mean, log_std, pre_tanh, half_range):
-    """Log density of `center + half_range * tanh(u)` at `u = pre_tanh`, u ~ N(mean, exp(log_std)^2)
-    per dimension; [B, A] inputs, [B] output (independent dimensions summed)."""
-    z = (pre_tanh - mean) * jnp.exp(-log_std)
-    log_gauss = -0.5 * z**2 - log_std - 0.5 * LOG_2PI
-    # log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)), which stays finite where tanh(u) rounds to ±1
-    log_dtanh = 2.0 * (LOG_2 - pre_tanh - jax.nn.softplus(-2.0 * pre_tanh))
-    return jnp.sum(log_gauss - log_dtanh - jnp.log(half_range), axis=-1)
-
-
-def polyak(target, online, tau):
-    """`(1 - tau) * target + tau * online`, leaf by leaf."""
-    return jax.tree.map(lambda t, o: (1.0 - tau) * t + tau * o, target, online)
 
 
 def soft_td_target(reward, terminated, next_q, next_log_prob, alpha, gamma):
@@ -123,44 +113,10 @@ def soft_td_target(reward, terminated, next_q, next_log_prob, alpha, gamma):
     return reward + gamma * (1.0 - terminated.astype(jnp.float32)) * (next_q - alpha * next_log_prob)
 
 
-# -- networks ------------------------------------------------------------------------------
-class TanhGaussianActor(nn.Module):
-    """obs [B, ...] -> (mean, log_std) of the pre-tanh Gaussian, each [B, A]."""
-
-    hidden: tuple
-    activation: str
-    action_dim: int
-    log_std_min: float
-    log_std_max: float
-    dtype: Any = jnp.float32  # compute dtype; parameters and outputs are float32
-
-    @nn.compact
-    def __call__(self, obs):
-        x = MLP(self.hidden, self.activation, dtype=self.dtype)(obs)
-        mean = nn.Dense(self.action_dim, dtype=self.dtype)(x).astype(jnp.float32)
-        # a smooth squash into [min, max] keeps a gradient at the bounds, unlike a clip
-        raw = nn.Dense(self.action_dim, dtype=self.dtype)(x).astype(jnp.float32)
-        log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (jnp.tanh(raw) + 1.0)
-        return mean, log_std
-
-
-class QNet(nn.Module):
-    """(obs [B, ...], action [B, A]) -> Q [B]."""
-
-    hidden: tuple
-    activation: str
-    dtype: Any = jnp.float32  # compute dtype; parameters and output are float32
-
-    @nn.compact
-    def __call__(self, obs, action):
-        x = jnp.concatenate([obs.reshape((obs.shape[0], -1)).astype(jnp.float32), action], axis=-1)
-        x = MLP(self.hidden, self.activation, dtype=self.dtype)(x)
-        return nn.Dense(1, dtype=self.dtype)(x)[:, 0].astype(jnp.float32)
-
-
 class SAC(Agent):
     Config = SACConfig
     HParams = SACHParams
+    data_parallel = True  # the guard fuses the gradients across devices
 
     def __init__(self, config):
         super().__init__(config)
@@ -170,12 +126,15 @@ class SAC(Agent):
         self.center = jnp.asarray((high + low) / 2, jnp.float32)
         self.half_range = jnp.asarray((high - low) / 2, jnp.float32)
         # one module per compute dtype (same float32 parameters); `actor`/`critic` are the float32 ones
-        dtypes = {jnp.dtype(dt) for dt in (*self.precision.dtypes, jnp.float32)}
-        self.actors = {dt: TanhGaussianActor(c.hidden, c.activation, self.action_dim, c.log_std_min, c.log_std_max,
-                                             dt) for dt in dtypes}
-        self.critics = {dt: QNet(c.hidden, c.activation, dt) for dt in dtypes}
+        self.actors = per_dtype(lambda dt: TanhGaussianActor(c.hidden, c.activation, self.action_dim, c.log_std_min,
+                                                             c.log_std_max, dt), self.precision.dtypes)
+        self.critics = per_dtype(lambda dt: QNet(c.hidden, c.activation, dt), self.precision.dtypes)
         self.actor, self.critic = self.actors[jnp.dtype(jnp.float32)], self.critics[jnp.dtype(jnp.float32)]
-        self.tx = optax.inject_hyperparams(optax.adam)(learning_rate=1e-3)  # rates are set from hparams
+        self.tx = self.guarded(optax.inject_hyperparams(optax.adam)(learning_rate=1e-3))  # rates: from hparams
+        self.num_updates = max(1, round(c.updates_per_step * self.steps_per_iteration))
+        # this device's share of each minibatch and of the replay capacity (all of it on one device)
+        self.local_batch = c.batch_size // self.shards
+        self.replay = make_replay("uniform", capacity=c.buffer_size // self.shards)
 
     @property
     def steps_per_iteration(self) -> int:
@@ -192,10 +151,15 @@ class SAC(Agent):
         a = self.center + self.half_range * unit_action
         return a.reshape((a.shape[0],) + self.spec.action_shape)
 
-    def _sample(self, actor_params, obs, key, dtype=jnp.float32):
-        """A policy sample in [-1, 1]^A and the log-probability of its rescaled version (actor in `dtype`)."""
+    def noise(self, key, batch: int):
+        """Standard normal noise [batch, A] for `batch` policy samples."""
+        return jax.random.normal(key, (batch, self.action_dim))
+
+    def _sample(self, actor_params, obs, noise, dtype=jnp.float32):
+        """A policy sample in [-1, 1]^A from standard normal `noise` [B, A], and the
+        log-probability of its rescaled version (actor in `dtype`)."""
         mean, log_std = self.actors[jnp.dtype(dtype)].apply(actor_params, obs)
-        u = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
+        u = mean + jnp.exp(log_std) * noise
         return jnp.tanh(u), tanh_gaussian_log_prob(mean, log_std, u, self.half_range)
 
     def _q(self, critic_params, obs, unit_action, dtype=jnp.float32):
@@ -203,22 +167,22 @@ class SAC(Agent):
         critic = self.critics[jnp.dtype(dtype)]
         return jax.vmap(critic.apply, in_axes=(0, None, None))(critic_params, obs, unit_action)
 
-    def td_target(self, actor_params, target_critic, alpha, batch, key, gamma, dtype=jnp.float32):
-        """The soft TD target [B] of a replay batch (next actions from the current actor), float32."""
-        next_action, next_log_prob = self._sample(actor_params, batch["next_obs"], key, dtype)
+    def td_target(self, actor_params, target_critic, alpha, batch, noise, gamma, dtype=jnp.float32):
+        """The soft TD target [B] of a replay batch (next actions from the current actor with
+        standard normal `noise` [B, A]), float32."""
+        next_action, next_log_prob = self._sample(actor_params, batch["next_obs"], noise, dtype)
         next_q = self._q(target_critic, batch["next_obs"], next_action, dtype).min(axis=0)
         return soft_td_target(batch["reward"], batch["terminated"], next_q, next_log_prob, alpha, gamma)
 
-    def _set_lrs(self, opt_state, hp):
-        def set_lr(s, lr):
-            return s._replace(hyperparams={**s.hyperparams, "learning_rate": lr})
-
-        return {"actor": set_lr(opt_state["actor"], hp.actor_lr), "critic": set_lr(opt_state["critic"], hp.critic_lr),
-                "alpha": set_lr(opt_state["alpha"], hp.alpha_lr)}
+    @staticmethod
+    def _set_lrs(opt_state, hp):
+        return {"actor": with_lr(opt_state["actor"], hp.actor_lr), "critic": with_lr(opt_state["critic"], hp.critic_lr),
+                "alpha": with_lr(opt_state["alpha"], hp.alpha_lr)}
 
     # -- protocol -------------------------------------------------------------------------
     def init(self, key, hparams=None) -> SACState:
         k_env, k_actor, k_critic, key = jax.random.split(key, 4)
+        k_env, key = self.device_keys(k_env, key)  # each device its own envs; the parameters the same on all
         obs, env_state = self.env.reset(k_env)
         no_action = jnp.zeros((obs.shape[0], self.action_dim), jnp.float32)
         critic = jax.vmap(lambda k: self.critic.init(k, obs, no_action))(jax.random.split(k_critic, 2))
@@ -229,7 +193,7 @@ class SAC(Agent):
                                    "alpha": self.tx.init(log_alpha)}, hp)
         example = {"obs": obs[0], "action": no_action[0], "reward": jnp.zeros((), jnp.float32),
                    "next_obs": obs[0], "terminated": jnp.zeros((), bool)}
-        replay = ring.init(example, self.cfg.buffer_size)
+        replay = self.replay.init(example)
         return SACState(params=params, target_critic=critic, opt_state=opt_state, log_alpha=log_alpha,
                         env_state=env_state, obs=obs, replay=replay, td_error_ema=jnp.zeros(()),
                         precision=self.precision.init(), hparams=hp, key=key)
@@ -240,30 +204,40 @@ class SAC(Agent):
         return self._to_env(jnp.tanh(mean))
 
     def _update(self, learner, key, replay, hp, clip):
-        """One gradient update of critics, actor and temperature (each guarded), then the target critics."""
+        """One update on a minibatch drawn from this device's replay (`update_on_batch`)."""
+        k_sample, k_next, k_pi = jax.random.split(key, 3)
+        batch, _ = self.replay.sample(replay, k_sample, self.local_batch, 1.0)
+        batch = {**batch, "next_noise": self.noise(k_next, self.local_batch),
+                 "pi_noise": self.noise(k_pi, self.local_batch)}
+        return self.update_on_batch(learner, batch, hp, clip)
+
+    def update_on_batch(self, learner, batch, hp, clip):
+        """One gradient update of critics, actor and temperature (each guarded; on several
+        devices, fused), then the target critics, on this device's minibatch `batch` (replay
+        fields and the standard normal noise of the next and the current policy samples,
+        `next_noise` and `pi_noise` [B, A]). `learner`: (params, target critic, opt states,
+        log alpha, precision state). Returns the new learner and the update's statistics."""
         params, target_critic, opt_state, log_alpha, ps = learner
         prec = self.precision
-        k_sample, k_next, k_pi = jax.random.split(key, 3)
-        batch, _ = ring.sample(replay, k_sample, self.cfg.batch_size)
         alpha = jnp.exp(log_alpha)
 
-        target = prec.select(ps, lambda dt: self.td_target(params["actor"], target_critic, alpha, batch, k_next,
-                                                           hp.gamma, dt))
+        target = prec.select(ps, lambda dt: self.td_target(params["actor"], target_critic, alpha, batch,
+                                                           batch["next_noise"], hp.gamma, dt))
 
         def critic_loss_fn(cp, dtype):
             q = self._q(cp, batch["obs"], batch["action"], dtype)
             return 0.5 * jnp.sum(jnp.mean((q - target) ** 2, axis=1)), (q.mean(), jnp.abs(q - target).mean())
 
-        critic, c_opt, ps, critic_loss, (q_mean, td_abs), c_guard = prec.update(
-            ps, critic_loss_fn, params["critic"], opt_state["critic"], self.tx, clip)
+        c_out = prec.step(ps, critic_loss_fn, params["critic"], opt_state["critic"], self.tx, clip)
+        critic, (q_mean, td_abs) = c_out.params, c_out.aux
 
         def actor_loss_fn(ap, dtype):
-            action, log_prob = self._sample(ap, batch["obs"], k_pi, dtype)
+            action, log_prob = self._sample(ap, batch["obs"], batch["pi_noise"], dtype)
             q = self._q(critic, batch["obs"], action, dtype).min(axis=0)
             return jnp.mean(alpha * log_prob - q), log_prob
 
-        actor, a_opt, ps, actor_loss, log_prob, a_guard = prec.update(
-            ps, actor_loss_fn, params["actor"], opt_state["actor"], self.tx, clip)
+        a_out = prec.step(c_out.precision, actor_loss_fn, params["actor"], opt_state["actor"], self.tx, clip)
+        log_prob = a_out.aux
 
         target_entropy = -hp.target_entropy_scale * self.action_dim
         entropy = -jnp.mean(log_prob)
@@ -271,18 +245,19 @@ class SAC(Agent):
         def alpha_loss_fn(la, dtype):
             return la * (entropy - target_entropy), ()  # alpha grows while entropy is below target
 
-        log_alpha, al_opt, ps, alpha_loss, _, al_guard = prec.update(
-            ps, alpha_loss_fn, log_alpha, opt_state["alpha"], self.tx)
+        al_out = prec.step(a_out.precision, alpha_loss_fn, log_alpha, opt_state["alpha"], self.tx)
 
-        target_critic = polyak(target_critic, critic, hp.tau)
+        target_critic = optax.incremental_update(critic, target_critic, hp.tau)
+        c_guard, a_guard, al_guard = c_out.stats, a_out.stats, al_out.stats
         skipped = jnp.maximum(jnp.maximum(c_guard["update_skipped"], a_guard["update_skipped"]),
                               al_guard["update_skipped"])
-        metrics = {"critic_loss": critic_loss, "actor_loss": actor_loss, "alpha_loss": alpha_loss,
+        metrics = {"critic_loss": c_out.loss, "actor_loss": a_out.loss, "alpha_loss": al_out.loss,
                    "entropy": entropy, "q_mean": q_mean, "target_q_mean": target.mean(), "td_abs": td_abs,
                    "critic_grad_norm": c_guard["grad_norm"], "actor_grad_norm": a_guard["grad_norm"],
                    "update_skipped": skipped}
-        new_opt = {"actor": a_opt, "critic": c_opt, "alpha": al_opt}
-        return ({"actor": actor, "critic": critic}, target_critic, new_opt, log_alpha, ps), metrics
+        new_opt = {"actor": a_out.opt_state, "critic": c_out.opt_state, "alpha": al_out.opt_state}
+        return ({"actor": a_out.params, "critic": critic}, target_critic, new_opt, al_out.params, al_out.precision), \
+            metrics
 
     def step(self, state: SACState, t):
         c, hp, prec = self.cfg, state.hparams, self.precision
@@ -292,22 +267,23 @@ class SAC(Agent):
         learning = t >= self.first_learning_iteration  # the same for every seed: a real branch under vmap
 
         # act: uniformly random until learning starts, then a policy sample
+        noise = self.noise(k_act, state.obs.shape[0])
         policy_action, _ = prec.select(state.precision,
-                                       lambda dt: self._sample(state.params["actor"], state.obs, k_act, dt))
+                                       lambda dt: self._sample(state.params["actor"], state.obs, noise, dt))
         random_action = jax.random.uniform(k_rand, policy_action.shape, minval=-1.0, maxval=1.0)
         # the env steps before this iteration's: random until `learning_starts` of them are done
         action = jnp.where(env_steps - self.steps_per_iteration < c.learning_starts, random_action, policy_action)
         obs, env_state, reward, terminated, _, info = self.env.step(k_env, state.env_state, self._to_env(action))
-        replay = ring.add(state.replay, {"obs": state.obs, "action": action, "reward": reward,
-                                         "next_obs": info["final_obs"], "terminated": terminated})
+        replay = self.replay.add(state.replay, {"obs": state.obs, "action": action, "reward": reward,
+                                                "next_obs": info["final_obs"], "terminated": terminated})
 
-        # learn: `updates_per_step` updates once `learning_starts` env steps are in the buffer
+        # learn: `num_updates` updates once `learning_starts` env steps are in the buffer
         learner = (state.params, state.target_critic, self._set_lrs(state.opt_state, hp), state.log_alpha,
                    state.precision)
 
         def learn(learner):
             out, m = jax.lax.scan(lambda l, k: self._update(l, k, replay, hp, clip), learner,
-                                  jax.random.split(k_learn, c.updates_per_step))
+                                  jax.random.split(k_learn, self.num_updates))
             return out, summarize(m)  # means over the updates the guard accepted
 
         zero_metrics = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(learn, learner)[1])
@@ -319,13 +295,22 @@ class SAC(Agent):
         new_state = state.replace(
             params=params, target_critic=target_critic, opt_state=opt_state, log_alpha=log_alpha,
             env_state=env_state, obs=obs, replay=replay, td_error_ema=td_error_ema, precision=prec_state, key=key)
-        updates = jnp.maximum(t - self.first_learning_iteration + 1, 0) * c.updates_per_step
+        updates = jnp.maximum(t - self.first_learning_iteration + 1, 0) * self.num_updates
         metrics = {"env_steps": env_steps, **episode_metrics(state.env_state, env_state), **update_metrics,
                    **hparam_metrics(hp), "alpha": jnp.exp(log_alpha), "updates": updates,
-                   "buffer_size": replay.size, "td_error_ema": td_error_ema, **prec.metrics(prec_state, clip)}
+                   **self.replay.buffer_stats(replay), "td_error_ema": td_error_ema, **prec.metrics(prec_state, clip)}
         return new_state, metrics
 
     # -- the protocol --------------------------------------------------------------------------
+    @classmethod
+    def check_devices(cls, config, devices: int) -> None:
+        super().check_devices(config, devices)
+        agent = config.agent
+        for name in ("batch_size", "buffer_size"):
+            if getattr(agent, name) % devices:
+                raise ConfigError(f"agent.{name}: {getattr(agent, name)} must be a multiple of distributed.devices "
+                                  f"({devices}): each device holds an equal share")
+
     def signals(self, metrics) -> Signals:
         return Signals(episode_return=metrics["episode_return"], episodes=metrics["episode_count"],
                        value_loss=metrics["critic_loss"], entropy=metrics["entropy"])

@@ -1,13 +1,18 @@
-"""Network building blocks (flax linen): torsos and heads chosen by config."""
+"""Network building blocks (flax linen): torsos and heads chosen by config, the actors and
+critics of PPO and SAC, their Gaussian log-densities (`distributions`), and `per_dtype`."""
 
+import jax.numpy as jnp
+
+from rmtjax.networks.actor_critic import ActorNet, CriticNet, QNet, TanhGaussianActor
 from rmtjax.networks.heads import PerDimQHead, QHead, QNetwork
 from rmtjax.networks.init import orthogonal
 from rmtjax.networks.torsos import MLP, FractalBlock, FractalTorso, MinAtarCNN, ResidualMLP, activation_fn
 
 TORSOS = ("mlp", "fractal", "residual", "cnn")
 
-__all__ = ["MLP", "FractalBlock", "FractalTorso", "MinAtarCNN", "PerDimQHead", "QHead", "QNetwork", "ResidualMLP",
-           "TORSOS", "activation_fn", "make_torso", "orthogonal"]
+__all__ = ["MLP", "ActorNet", "CriticNet", "FractalBlock", "FractalTorso", "MinAtarCNN", "PerDimQHead", "QHead",
+           "QNet", "QNetwork", "ResidualMLP", "TORSOS", "TanhGaussianActor", "activation_fn", "make_torso",
+           "orthogonal", "per_dtype"]
 
 
 def make_torso(kind: str, hidden, activation: str, layer_norm: bool, dtype, cnn_channels: int = 16):
@@ -21,3 +26,10 @@ def make_torso(kind: str, hidden, activation: str, layer_norm: bool, dtype, cnn_
     if kind == "cnn":
         return MinAtarCNN(cnn_channels, hidden[0], activation, dtype, layer_norm)
     raise ValueError(f"unknown torso {kind!r}; choose one of {TORSOS}")
+
+
+def per_dtype(build, dtypes) -> dict:
+    """`{jnp.dtype: build(dtype)}`: one module per compute dtype in `dtypes` and float32 (always
+    there: acting, evaluation and the fp32 fallback use it). The modules share the same float32
+    parameters; the precision policy (`Precision.dtypes`) says which dtypes a run may use."""
+    return {jnp.dtype(dt): build(dt) for dt in {*dtypes, jnp.float32}}

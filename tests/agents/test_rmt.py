@@ -212,11 +212,11 @@ def test_rmsprop_is_the_minatar_papers_centered_variant():
     batch = {"obs": jax.random.normal(k[0], (B, 4)), "action": jax.random.randint(k[1], (B,), 0, 2),
              "rewards": jax.random.normal(k[2], (B, 3)), "steps": jnp.full((B,), 3, jnp.int32),
              "boot_obs": jax.random.normal(k[3], (B, 4)), "terminated": jnp.zeros((B,), bool)}
-    out = agent.gradient_step(state.params, state.target_params, state.opt_state, state.precision, None, batch,
+    out = agent.gradient_step(state.params, state.target_params, state.opt_state, state.precision, batch,
                               jnp.ones(B), jnp.float32(0.99), jnp.float32(0.0))
     grads = jax.grad(lambda p: agent._loss(agent._td(p, state.target_params, batch, 0.99)[0], jnp.ones(B)))(state.params)
     # one centered RMSProp step from zero moments: g / (sqrt(0.05 g² - (0.05 g)²) + 0.01)
     expected = jax.tree.map(lambda p, g: p - 0.1 * g / (jnp.sqrt(0.05 * g**2 - (0.05 * g) ** 2) + 0.01),
                             state.params, grads)
-    for a, b in zip(jax.tree.leaves(out[0]), jax.tree.leaves(expected)):
+    for a, b in zip(jax.tree.leaves(out.params), jax.tree.leaves(expected)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)

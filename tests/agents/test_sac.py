@@ -7,7 +7,10 @@ import pytest
 
 import rmtjax
 from rmtjax.agents import build_agent
-from rmtjax.agents.sac import polyak, soft_td_target, tanh_gaussian_log_prob
+import optax
+
+from rmtjax.agents.sac import soft_td_target
+from rmtjax.networks.distributions import tanh_gaussian_log_prob
 
 
 def normal_cdf(x):
@@ -51,12 +54,13 @@ def test_tanh_gaussian_log_prob_stays_finite_where_tanh_saturates():
 
 
 def test_polyak_moves_target_by_tau_toward_online():
+    # the agent's Polyak update: optax.incremental_update(online, target, tau)
     target = {"w": jnp.array([1.0, 2.0]), "b": jnp.array(-4.0)}
     online = {"w": jnp.array([3.0, 0.0]), "b": jnp.array(6.0)}
-    out = polyak(target, online, 0.25)
+    out = optax.incremental_update(online, target, 0.25)
     np.testing.assert_allclose(out["w"], [1.5, 1.5])
     np.testing.assert_allclose(out["b"], -1.5)
-    np.testing.assert_allclose(polyak(target, online, 1.0)["w"], online["w"])
+    np.testing.assert_allclose(optax.incremental_update(online, target, 1.0)["w"], online["w"])
 
 
 def test_soft_td_target_bootstraps_unless_terminated():
@@ -76,7 +80,7 @@ def small():
     cfg = rmtjax.make_config("sac", "Pendulum-v1", {
         "env.num_envs": 2, "env.params": {"max_steps_in_episode": 3}, "train.total_steps": 1000,
         "agent.learning_starts": 6, "agent.batch_size": 8, "agent.buffer_size": 64, "agent.hidden": [16, 16],
-        "agent.tau": TAU, "agent.updates_per_step": 1})
+        "agent.tau": TAU, "agent.updates_per_step": 0.5})  # one update per iteration of 2 envs
     agent = build_agent(cfg)
     step = jax.jit(agent.step)
     states = [agent.init(jax.random.key(0))]
@@ -98,7 +102,7 @@ def pendulum_next_obs(obs, torque):
 
 def test_replay_keeps_the_pre_reset_observation_on_truncation(small):
     agent, states, _ = small
-    data = states[3].replay.data
+    data = states[3].replay.data["item"]
     assert int(states[3].replay.size) == 6  # 3 steps × 2 envs
     assert not data["terminated"][:6].any()  # a time limit is not a terminal state
     for slot in range(6):
@@ -116,12 +120,12 @@ def test_replay_keeps_the_pre_reset_observation_on_truncation(small):
 def test_td_target_uses_final_obs_and_terminated_only(small):
     agent, states, _ = small
     st = states[3]
-    batch = jax.tree.map(lambda x: jnp.asarray(x[:6]), st.replay.data)
+    batch = jax.tree.map(lambda x: jnp.asarray(x[:6]), st.replay.data["item"])
     batch["terminated"] = jnp.array([False, True, False, True, False, True])
-    key = jax.random.key(7)
+    noise = agent.noise(jax.random.key(7), 6)
     alpha, gamma = 0.3, 0.9
-    got = np.asarray(agent.td_target(st.params["actor"], st.target_critic, alpha, batch, key, gamma))
-    next_action, next_lp = agent._sample(st.params["actor"], batch["next_obs"], key)
+    got = np.asarray(agent.td_target(st.params["actor"], st.target_critic, alpha, batch, noise, gamma))
+    next_action, next_lp = agent._sample(st.params["actor"], batch["next_obs"], noise)
     next_q = np.asarray(agent._q(st.target_critic, batch["next_obs"], next_action).min(axis=0))
     reward = np.asarray(batch["reward"])
     expect = reward + gamma * (next_q - alpha * np.asarray(next_lp))
@@ -130,7 +134,7 @@ def test_td_target_uses_final_obs_and_terminated_only(small):
     np.testing.assert_allclose(got[[1, 3, 5]], reward[[1, 3, 5]], rtol=1e-6)
     # bootstrapping reads next_obs, not obs
     moved = dict(batch, next_obs=batch["next_obs"] + 0.5)
-    moved_target = np.asarray(agent.td_target(st.params["actor"], st.target_critic, alpha, moved, key, gamma))
+    moved_target = np.asarray(agent.td_target(st.params["actor"], st.target_critic, alpha, moved, noise, gamma))
     assert not np.allclose(moved_target[live], got[live])
     np.testing.assert_allclose(moved_target[[1, 3, 5]], got[[1, 3, 5]])
 
@@ -181,7 +185,7 @@ def test_config_errors_are_raised_at_config_time():
 def test_sac_learns_pendulum():
     cfg = rmtjax.make_config("sac", "Pendulum-v1", {
         "train.total_steps": 6000, "train.num_seeds": 2, "train.progress": False,
-        "env.num_envs": 4, "agent.updates_per_step": 4, "agent.batch_size": 128})
+        "env.num_envs": 4, "agent.updates_per_step": 1.0, "agent.batch_size": 128})
     result = rmtjax.train(cfg, jax.random.key(0))
     returns = result.metrics["episode_return"]
     # the first episode of every env (800 env steps) is uniformly random, before learning_starts;

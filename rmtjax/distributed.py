@@ -314,6 +314,17 @@ class ShardedRun:
         sharded = jax.jit(_shard_map(local, self.mesh, (P(), P()), P(AXIS)))
         return lambda keys, hparams=None: sharded(np.asarray(jax.random.key_data(keys)), _host(hparams))
 
+    def local_state_shapes(self, init: Callable, hparams=None):
+        """The shapes of one device's batched state `init(keys, hparams)`, traced under the mesh
+        (an agent's init may ask for its device index) without making it."""
+        def local(key_data, hparams):
+            return _stack(init(jax.random.wrap_key_data(key_data), hparams))
+
+        seeds = self.config.train.num_seeds
+        key_data = jax.eval_shape(lambda: jax.random.key_data(jax.random.split(jax.random.key(0), seeds)))
+        stacked = jax.eval_shape(_shard_map(local, self.mesh, (P(), P()), P(AXIS)), key_data, _host(hparams))
+        return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype), stacked)
+
     def chunk(self, chunk: Callable) -> Callable:
         """`(stacked state, start, length) -> (stacked state, metrics)` from `chunk(state, start, length)`."""
         def local(state, start, length):

@@ -144,7 +144,9 @@ class Program:
         """What can be told from the config alone, before anything is compiled: whole iterations,
         and whether the state fits in the device's memory (`rmtjax.limits`)."""
         limits.check_total_steps(self.config, self.agent)
-        limits.check_train_fits(self.config, self.agent, self.init, hparams)
+        # on several devices one device's state, traced under the mesh (an init may ask for its device index)
+        shapes = None if self.sharded is None else self.sharded.local_state_shapes(self.init, hparams)
+        limits.check_train_fits(self.config, self.agent, self.init, hparams, shapes=shapes)
 
     def initial_state(self, keys, hparams=None):
         """The batched state of a fresh run (on every device of the mesh, stacked, when sharded)."""

@@ -143,18 +143,12 @@ def _activation_bytes(config) -> float:
     return float(config.train.num_seeds) * batch * float(sum(hidden)) * itemsize
 
 
-def check_train_fits(config, agent, init, hparams=None) -> float:
+def check_train_fits(config, agent, init, hparams=None, shapes=None) -> float:
     """Raise `MemoryLimitError` when the state of the run `config` describes cannot fit on one
     device; returns the estimate in bytes. Traces `init` abstractly: milliseconds to a second,
-    nothing compiled or allocated."""
-    try:
-        parts = _parts(state_shapes(config, init, hparams))
-    except NameError:
-        # an agent whose init asks for its device index (RMT on several devices) traces only
-        # under the mesh, which runs on the host: its state is left out of the floor
-        if config.distributed.devices == 1:
-            raise
-        parts = {}
+    nothing compiled or allocated. `shapes`: one device's state shapes when they are traced
+    elsewhere (under the mesh of a run on several devices, `ShardedRun.local_state_shapes`)."""
+    parts = _parts(state_shapes(config, init, hparams) if shapes is None else shapes)
     rollout = _rollout_bytes(config, agent)
     if rollout:
         parts["rollout observations"] = rollout

@@ -30,6 +30,14 @@ resumed = rmtjax.train(None, None, resume=sys.argv[1])
 reference = rmtjax.train(cfg, jax.random.key(3))
 loaded = rmtjax.load_run(sys.argv[1])
 leaves = lambda r: [np.asarray(x) for x in jax.tree.leaves(r.state.params)]
+from rmtjax import limits
+from rmtjax.driver import Program
+program = Program(cfg)  # the memory floor counts one device's state, traced under the mesh
+floor = limits.check_train_fits(cfg, program.agent, program.init,
+                                shapes=program.sharded.local_state_shapes(program.init))
+made = sum(x.nbytes if not jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else 8 * x.size
+           for x in jax.tree.leaves(reference.state))
+state_floor = floor - limits._rollout_bytes(cfg, program.agent) - limits._activation_bytes(cfg)
 print("RESULT " + json.dumps({
     "params_equal": all(np.array_equal(a, b) for a, b in zip(leaves(resumed), leaves(reference))),
     "loaded_equal": all(np.array_equal(a, b) for a, b in zip(leaves(loaded), leaves(reference))),
@@ -37,7 +45,8 @@ print("RESULT " + json.dumps({
     "moved": bool(reference.metrics["loss"][:, -1].min() > 0),
     "shape": list(leaves(loaded)[0].shape), "final_return": loaded.final_return.tolist(),
     "reference_return": reference.final_return.tolist(),
-    "eval_shape": list(rmtjax.evaluate(loaded, episodes=2).returns.shape)}))
+    "eval_shape": list(rmtjax.evaluate(loaded, episodes=2).returns.shape),
+    "state_floor": state_floor, "state_made": made}))
 """
 
 
@@ -57,3 +66,4 @@ def test_a_killed_run_on_4_devices_resumes_to_the_uninterrupted_result(tmp_path)
     assert r["moved"] and r["params_equal"] and r["metrics_equal"] and r["loaded_equal"], r
     assert r["shape"][0] == 2  # this process's first device's state: [num_seeds, ...]
     assert r["final_return"] == r["reference_return"] and r["eval_shape"] == [2, 2]
+    assert r["state_floor"] == r["state_made"]  # the floor holds one device's whole state

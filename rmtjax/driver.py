@@ -205,15 +205,18 @@ def train(config: Config | None, key: jax.Array | None = None, *, hparams: Mappi
     if config is not None:
         distributed.initialize(config)  # a multi-host run joins its processes first
     cache.enable()
+    program = None
     if resume is None and config is not None:
-        Program(config).preflight(hparams)  # before a run directory is made
+        program = Program(config)
+        program.preflight(hparams)  # before a run directory is made
     run = _open_run(config, key, hparams, run_dir, resume)
     if run is not None:
         config, key, hparams = run.config, run.key, run.hparams
     try:
-        if resume is not None:
-            Program(config).preflight(hparams)
-        result = _drive(config, key, hparams, progress, on_chunk, run)
+        if program is None:  # a resumed run: its own config
+            program = Program(config)
+            program.preflight(hparams)
+        result = _drive(program, key, hparams, progress, on_chunk, run)
         if run is not None:
             run.finish(result)
             result.run_dir = run.path
@@ -242,8 +245,8 @@ def _open_run(config, key, hparams, run_dir, resume):
     return None
 
 
-def _drive(config: Config, key, hparams, progress, on_chunk, run) -> TrainResult:
-    program = Program(config)
+def _drive(program: Program, key, hparams, progress, on_chunk, run) -> TrainResult:
+    config = program.config
     agent, sharded = program.agent, program.sharded  # sharded: None on one device
     n_iter = agent.num_iterations
     n_chunks = min(config.train.num_chunks, n_iter)

@@ -49,6 +49,7 @@ class Agent:
     Config: type
     HParams: type
     data_parallel = False  # True: `step` fuses its gradients across devices (see `check_devices`)
+    device_shares: tuple[str, ...] = ()  # fields of the agent's section each device holds an equal share of
 
     def __init__(self, config):
         self.config = config
@@ -122,6 +123,10 @@ class Agent:
         if config.env.num_envs % devices:
             raise ConfigError(f"env.num_envs: {config.env.num_envs} must be a multiple of distributed.devices "
                               f"({devices}): each device steps an equal share")
+        for name in cls.device_shares:
+            if getattr(config.agent, name) % devices:
+                raise ConfigError(f"agent.{name}: {getattr(config.agent, name)} must be a multiple of "
+                                  f"distributed.devices ({devices}): each device holds an equal share")
 
     def signals(self, metrics) -> Signals:
         raise NotImplementedError(f"{type(self).__name__}.signals: the meta-controller needs it")

@@ -197,6 +197,7 @@ class RMT(Agent):
     Config = RMTConfig
     HParams = RMTHParams
     data_parallel = True  # the guard fuses the gradients across devices
+    device_shares = ("batch_size", "buffer_size")  # each device samples and holds an equal share
 
     def __init__(self, config):
         super().__init__(config)
@@ -501,15 +502,6 @@ class RMT(Agent):
         return new_state, metrics
 
     # -- the protocol --------------------------------------------------------------------------
-    @classmethod
-    def check_devices(cls, config, devices: int) -> None:
-        super().check_devices(config, devices)
-        agent = config.agent
-        for name in ("batch_size", "buffer_size"):
-            if getattr(agent, name) % devices:
-                raise ConfigError(f"agent.{name}: {getattr(agent, name)} must be a multiple of distributed.devices "
-                                  f"({devices}): each device holds an equal share")
-
     @property
     def max_entropy(self) -> float | None:
         # discrete actions, or continuous ones as `bins` choices per dimension

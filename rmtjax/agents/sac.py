@@ -117,6 +117,7 @@ class SAC(Agent):
     Config = SACConfig
     HParams = SACHParams
     data_parallel = True  # the guard fuses the gradients across devices
+    device_shares = ("batch_size", "buffer_size")  # each device samples and holds an equal share
 
     def __init__(self, config):
         super().__init__(config)
@@ -302,15 +303,6 @@ class SAC(Agent):
         return new_state, metrics
 
     # -- the protocol --------------------------------------------------------------------------
-    @classmethod
-    def check_devices(cls, config, devices: int) -> None:
-        super().check_devices(config, devices)
-        agent = config.agent
-        for name in ("batch_size", "buffer_size"):
-            if getattr(agent, name) % devices:
-                raise ConfigError(f"agent.{name}: {getattr(agent, name)} must be a multiple of distributed.devices "
-                                  f"({devices}): each device holds an equal share")
-
     def signals(self, metrics) -> Signals:
         return Signals(episode_return=metrics["episode_return"], episodes=metrics["episode_count"],
                        value_loss=metrics["critic_loss"], entropy=metrics["entropy"])

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import warnings
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,20 @@ def _quiet_closed_loop_callbacks() -> None:
 
     hook._rmtjax_quiet = True
     sys.unraisablehook = hook
+    logging.getLogger("asyncio").addFilter(_drop_unretrieved_read_errors)
+
+
+def _drop_unretrieved_read_errors(record) -> bool:
+    """The same failed restore can leave futures whose tensorstore read error nobody awaited;
+    when they are collected, asyncio logs "Future exception was never retrieved" with the
+    whole traceback. `Checkpoints.restore` already reports that error in one line, so those
+    records (a tensorstore read error or the closed loop, nothing else) are dropped."""
+    if not record.getMessage().startswith(("Future exception was never retrieved",
+                                           "Task exception was never retrieved")):
+        return True
+    exc = record.exc_info[1] if record.exc_info else None
+    text = str(exc)
+    return not (exc is not None and ("tensorstore_spec" in text or text == "Event loop is closed"))
 
 
 class Checkpoints:

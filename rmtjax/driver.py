@@ -26,6 +26,7 @@ from rmtjax.agents import build_agent
 from rmtjax.config import Config, ConfigError
 from rmtjax.envs import final_return
 from rmtjax.meta import controller as meta_controller
+from rmtjax.tracing import trace_once, zeros
 
 
 @dataclasses.dataclass
@@ -81,10 +82,11 @@ def _scan_steps(vstep: Callable, length: int) -> Callable:
     """`state -> (state, metrics)`: iterations 0 .. length-1 of the batched step `vstep(state, t)`."""
 
     def run(state):
-        pack = _MetricPack(jax.eval_shape(vstep, state, jax.numpy.int32(0))[1])
+        step_once, (_, probe) = trace_once(vstep, state, jax.numpy.int32(0))
+        pack = _MetricPack(probe)
 
         def body(s, t):
-            s, metrics = vstep(s, t)
+            s, metrics = step_once(s, t)
             return s, pack.pack(metrics)
 
         state, packed = jax.lax.scan(body, state, jax.numpy.arange(length, dtype=jax.numpy.int32))
@@ -99,12 +101,13 @@ def _masked_chunk(vstep: Callable, max_length: int) -> Callable:
     numbers) so one compile serves every chunk of the run, of any length up to it."""
 
     def run(state, start, length):
-        probe = jax.eval_shape(vstep, state, jax.numpy.int32(0))[1]
+        # one trace of the step serves the metrics' shapes and the scan's body (tracing.py)
+        step_once, (_, probe) = trace_once(vstep, state, jax.numpy.int32(0))
         pack = _MetricPack(probe)
-        zero_metrics = pack.pack(jax.tree.map(lambda s: jax.numpy.zeros(s.shape, s.dtype), probe))
+        zero_metrics = pack.pack(zeros(probe))
 
         def stepped(s, t):
-            s, metrics = vstep(s, t)
+            s, metrics = step_once(s, t)
             return s, pack.pack(metrics)
 
         def body(s, i):

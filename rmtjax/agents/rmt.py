@@ -52,6 +52,7 @@ from rmtjax.networks import TORSOS, PerDimQHead, QHead, QNetwork, make_torso, pe
 from rmtjax.precision import PrecisionState, Step, ema, finite_abs, summarize
 from rmtjax.protocol import Learner, Signals, hparam
 from rmtjax.schema import ConfigError, Section, param
+from rmtjax.tracing import trace_once, zeros
 from rmtjax.replay import make_replay
 
 # RMSProp as the MinAtar paper's DQN ran it (PyTorch's centered RMSprop, eps added outside the root)
@@ -475,13 +476,14 @@ class RMT(Agent):
         learner = (state.params, state.target_params, with_lr(state.opt_state, sched.lr), replay, state.precision)
         learning = t >= self.first_learning_iteration  # `t` is not batched: a real branch under vmap
 
-        def skip(learner):
-            stats = jax.eval_shape(lambda: self._learn(learner, t, k_learn, sched, hp, state.key_share)[1])
-            stats = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), stats)
-            return learner, {**stats, "top_td_share": state.key_share}
+        # one trace of the updates serves both branches: the stats' shapes for the skip
+        args = (learner, t, k_learn, sched, hp, state.key_share)
+        learn, (_, stats_shape) = trace_once(self._learn, *args)
 
-        learner, stats = jax.lax.cond(
-            learning, lambda l: self._learn(l, t, k_learn, sched, hp, state.key_share), skip, learner)
+        def skip(args):
+            return args[0], {**zeros(stats_shape), "top_td_share": args[-1]}
+
+        learner, stats = jax.lax.cond(learning, lambda a: learn(*a), skip, args)
         params, target_params, opt_state, replay, prec_state = learner
         td_ema = ema(state.td_ema, stats["td_abs"], learning & (stats["skipped_frac"] < 1.0))
 

@@ -38,6 +38,7 @@ from rmtjax.precision import PrecisionState, ema, summarize
 from rmtjax.protocol import Learner, Signals, hparam
 from rmtjax.replay import make_replay
 from rmtjax.schema import ConfigError, Section, param
+from rmtjax.tracing import trace_once, zeros
 
 
 @dataclasses.dataclass(frozen=True)
@@ -282,13 +283,16 @@ class SAC(Agent):
         learner = (state.params, state.target_critic, self._set_lrs(state.opt_state, hp), state.log_alpha,
                    state.precision)
 
-        def learn(learner):
+        def learn(learner, replay, hp, clip, key):
             out, m = jax.lax.scan(lambda l, k: self._update(l, k, replay, hp, clip), learner,
-                                  jax.random.split(k_learn, self.num_updates))
+                                  jax.random.split(key, self.num_updates))
             return out, summarize(m)  # means over the updates the guard accepted
 
-        zero_metrics = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(learn, learner)[1])
-        learner, update_metrics = jax.lax.cond(learning, learn, lambda l: (l, zero_metrics), learner)
+        # one trace of the updates serves both branches: the metrics' shapes for the skip
+        args = (learner, replay, hp, clip, k_learn)
+        learn, (_, metric_shapes) = trace_once(learn, *args)
+        learner, update_metrics = jax.lax.cond(learning, lambda a: learn(*a), lambda a: (a[0], zeros(metric_shapes)),
+                                               args)
         params, target_critic, opt_state, log_alpha, prec_state = learner
         td_error_ema = ema(state.td_error_ema, update_metrics["td_abs"],
                            learning & (update_metrics["skipped_frac"] < 1.0))

@@ -9,8 +9,9 @@ steps, lr 2.5e-4, hard target update every 500 env steps (50 gradient steps), ε
 the first half, 120-84 ReLU MLP, squared loss, no gradient clipping. **RMT** — the same envs,
 replay ratio, batch, buffer, warm-up, lr, target period and ε schedule with every RMT component
 on (tiered replay, ε+Boltzmann exploration, 3-step Double-DQN targets, Huber loss, dueling head,
-128-wide fractal torso with LayerNorm, clipping) and, as a second row, the same with a 64-wide
-fractal torso (about the DQN MLP's arithmetic per sample). **PPO** — rmtjax's CartPole preset
+128-wide fractal torso with LayerNorm, clipping); `rmt-64`: the same with a 64-wide fractal
+torso; `rmt-mlp`: every component but the torso, which is the DQN's 120-84 MLP (with LayerNorm),
+so the row measures RMT's machinery at the DQN's arithmetic. **PPO** — rmtjax's CartPole preset
 against the reference PPO at the same settings.
 
 Every program is compiled apart from its run (`jit(...).lower(...).compile()`), the seeds
@@ -45,6 +46,8 @@ ROWS = {
     "dqn": ("dqn", {**DQN_SETTINGS, "agent.hidden": [120, 84], "agent.max_grad_norm": 0.0}),
     "rmt": ("rmt", DQN_SETTINGS),
     "rmt-64": ("rmt", {**DQN_SETTINGS, "agent.hidden": [64, 64]}),
+    # every RMT component but the torso: the DQN's 120-84 MLP (with LayerNorm) instead of the fractal one
+    "rmt-mlp": ("rmt", {**DQN_SETTINGS, "agent.torso": "mlp", "agent.hidden": [120, 84]}),
     "ppo": ("ppo", {}),
 }
 

@@ -53,7 +53,7 @@ from rmtjax.precision import PrecisionState, Step, ema, finite_abs, summarize
 from rmtjax.protocol import Learner, Signals, hparam
 from rmtjax.schema import ConfigError, Section, param
 from rmtjax.tracing import trace_once, zeros
-from rmtjax.replay import make_replay
+from rmtjax.replay import demonstrations, make_replay
 
 # RMSProp as the MinAtar paper's DQN ran it (PyTorch's centered RMSprop, eps added outside the root)
 RMSPROP = {"decay": 0.95, "eps": 0.01, "centered": True, "eps_in_sqrt": False}
@@ -111,6 +111,18 @@ class RMTConfig(Section):
     entropy_target_end: float = param(0.05, lo=0.0, hi=1.0)
     temperature_lr: float = param(0.1, lo=0.0, doc="rate of the log-temperature update")
     init_temperature: float = param(1.0, lo=1e-3, hi=1e3)
+    # demonstrations (rmtjax.replay.demonstrations; DQfD-style)
+    demonstrations: str = param("", doc="path of an .npz of demonstration transitions (obs, action, reward, "
+                                        "terminated, truncated, next_obs), kept apart from the replay and never "
+                                        "evicted; '' for none")
+    demo_share: float = param(0.25, lo=0.0, hi=1.0, doc="with demonstrations: share of each minibatch drawn from "
+                                                        "them at the start of training")
+    demo_share_end: float = param(0.0, lo=0.0, hi=1.0, doc="the share once demo_decay_frac of training is done")
+    demo_decay_frac: float = param(0.5, lo=0.0, hi=1.0, lo_open=True, doc="share of training over which the "
+                                                                           "demonstration share moves linearly")
+    demo_margin: float = param(0.0, lo=0.0, doc="weight of the large-margin loss on demonstration actions "
+                                                "(DQfD's J_E: max_a [Q(s,a) + l(a_E,a)] - Q(s,a_E)); 0: off")
+    demo_margin_value: float = param(0.8, lo=0.0, lo_open=True, doc="the margin l(a_E, a) for a != a_E")
     # diagnostics
     diagnostics_every: int = param(100, lo=1, doc="iterations between computations of top_td_share (a quantile "
                                                   "over 1,024 replay items); the metric holds its last value between")
@@ -137,6 +149,23 @@ class RMTConfig(Section):
 
             if len(env_spec(env).obs_shape) != 3:
                 raise ConfigError("agent.torso: 'cnn' needs image observations [H, W, C]; this env's are not")
+        if self.demonstrations:
+            for flag in ("normalize_obs", "normalize_reward"):
+                if getattr(env, flag):
+                    raise ConfigError(f"agent.demonstrations: env.{flag} is on; demonstrations hold raw observations "
+                                      f"and rewards, which running statistics would not match")
+            load_demonstrations(self, env)
+
+
+def load_demonstrations(cfg: RMTConfig, env_cfg) -> dict[str, np.ndarray]:
+    """`agent.demonstrations` read and checked against the env (`rmtjax.replay.demonstrations`)."""
+    from rmtjax.envs import env_spec
+
+    spec = env_spec(env_cfg)
+    return demonstrations.load(cfg.demonstrations, obs_shape=spec.obs_shape, discrete=spec.discrete,
+                               num_actions=spec.num_actions, action_shape=spec.action_shape,
+                               action_low=spec.action_low, action_high=spec.action_high,
+                               reward_scale=env_cfg.reward_scale, reward_clip=env_cfg.reward_clip)
 
 
 @struct.dataclass
@@ -181,6 +210,7 @@ class RMTState:
     precision: PrecisionState
     hparams: RMTHParams
     key: jax.Array
+    demos: Any  # the demonstration transitions [D, ...] (agent.demonstrations), or None
 
 
 @struct.dataclass
@@ -192,6 +222,7 @@ class Schedule:
     beta: jax.Array
     clip: jax.Array
     lr: jax.Array
+    demo_rows: jax.Array  # minibatch rows drawn from the demonstrations (int32; 0 without them)
 
 
 class RMT(Agent):
@@ -226,6 +257,8 @@ class RMT(Agent):
         self.local_envs = config.env.num_envs // self.shards
         self.replay = make_replay(c.replay, capacity=c.buffer_size // self.shards, fractions=c.tier_fractions,
                                   proportions=c.tier_proportions, alpha=c.priority_alpha)
+        self.demos = self._demo_transitions(load_demonstrations(c, config.env)) if c.demonstrations else None
+        self.max_demo_rows = math.ceil(max(c.demo_share, c.demo_share_end) * self.local_batch)
 
     @staticmethod
     def settings(agent_cfg) -> RMTConfig:
@@ -263,6 +296,49 @@ class RMT(Agent):
         a = jnp.take_along_axis(values[None], action[..., None], axis=-1)[..., 0]
         return a.reshape((action.shape[0],) + self.spec.action_shape)
 
+    def _demo_transitions(self, raw: dict) -> dict:
+        """Demonstrations as this agent's stored transitions: one-step (`steps` 1, the reward
+        first in `rewards`), continuous actions mapped to their nearest bins."""
+        n, c = raw["obs"].shape[0], self.cfg
+        if self.per_dim:
+            flat = raw["action"].reshape(n, -1)  # [D, dims]
+            action = np.abs(flat[:, :, None] - self.action_values[None]).argmin(-1).astype(np.int32)
+        else:
+            action = raw["action"]
+        rewards = np.zeros((n, c.n_step), np.float32)
+        rewards[:, 0] = raw["reward"]
+        return {"obs": jnp.asarray(raw["obs"], self.spec.obs_dtype), "action": jnp.asarray(action),
+                "rewards": jnp.asarray(rewards), "steps": jnp.ones((n,), jnp.int32),
+                "boot_obs": jnp.asarray(raw["next_obs"], self.spec.obs_dtype),
+                "terminated": jnp.asarray(raw["terminated"])}
+
+    def _mix_demos(self, demos, batch, weight, rows, key):
+        """The minibatch with `rows` of its rows (at random positions, so the replay's draw keeps
+        its tier proportions) replaced by uniform draws from the demonstrations; their weight is
+        1. Returns (batch with a `demo` row mask, weight, the mask)."""
+        k_pick, k_place = jax.random.split(key)
+        count = demos["obs"].shape[0]
+        picked = jax.tree.map(lambda x: x[jax.random.randint(k_pick, (self.max_demo_rows,), 0, count)], demos)
+        rank = jax.random.permutation(k_place, self.local_batch)  # row j takes demonstration rank[j] if rank[j] < rows
+        is_demo = rank < rows
+        source = jnp.minimum(rank, self.max_demo_rows - 1)
+
+        def mix(ours, theirs):
+            mask = is_demo.reshape(is_demo.shape + (1,) * (ours.ndim - 1))
+            return jnp.where(mask, theirs[source].astype(ours.dtype), ours)
+
+        mixed = jax.tree.map(mix, batch, picked)
+        return {**mixed, "demo": is_demo}, jnp.where(is_demo, 1.0, weight), is_demo
+
+    def _margin(self, q_all, action, is_demo):
+        """DQfD's large-margin loss J_E over the demonstration rows: max_a [Q(s,a) + l·(a != a_E)]
+        - Q(s,a_E), per action dimension for binned continuous actions (their mean)."""
+        other = jax.nn.one_hot(action, q_all.shape[-1], dtype=q_all.dtype) == 0
+        per = (q_all + self.cfg.demo_margin_value * other).max(-1) - jnp.take_along_axis(
+            q_all, action[..., None], axis=-1)[..., 0]
+        per = per.mean(-1) if per.ndim == 2 else per
+        return (per * is_demo).sum() / jnp.maximum(is_demo.sum(), 1)
+
     def act(self, params, obs, key=None):
         """Greedy action (env units)."""
         return self.env_action(jnp.argmax(self.q_values(params, obs), axis=-1))
@@ -292,7 +368,7 @@ class RMT(Agent):
             "terminated": window.terminated[rows, first_end],
         }
 
-    def _td(self, params, target_params, batch, gamma, dtype=jnp.float32, one_pass=False):
+    def _td(self, params, target_params, batch, gamma, dtype=jnp.float32, one_pass=False, with_q_all=False):
         """(TD errors [B], Q of the taken actions [B]) of stored transitions under n-step
         (Double-)DQN targets, float32, the networks computing in `dtype`; the target is a
         constant for gradients.
@@ -319,7 +395,8 @@ class RMT(Agent):
         boot = self._q_of(q_next_target, jnp.argmax(chooser, axis=-1))
         discount = gamma ** batch["steps"].astype(jnp.float32) * (1.0 - batch["terminated"].astype(jnp.float32))
         q = self._q_of(q_all, batch["action"])
-        return jax.lax.stop_gradient(ret + discount * boot) - q, q
+        td = jax.lax.stop_gradient(ret + discount * boot) - q
+        return (td, q, q_all) if with_q_all else (td, q)
 
     def _targets(self, params, target_params, batch, gamma, dtype=jnp.float32):
         """n-step (Double-)DQN targets [B] for stored transitions (float32; networks in `dtype`)."""
@@ -364,16 +441,22 @@ class RMT(Agent):
             params=params, target_params=params, opt_state=self.tx.init(params), env_state=env_state, obs=obs,
             window=window, replay=self.replay.init(example), log_temperature=jnp.log(jnp.float32(c.init_temperature)),
             hold=exploration.Hold.empty(action_shape), td_ema=jnp.zeros(()), key_share=jnp.zeros(()),
-            precision=self.precision.init(), hparams=hp, key=key)
+            precision=self.precision.init(), hparams=hp, key=key, demos=self.demos)
 
     def gradient_step(self, params, target_params, opt_state, prec_state, batch, weight, gamma, clip) -> Step:
         """One guarded (and, on several devices, fused) step on this device's minibatch `batch`
         with importance weights `weight` [B]: a `rmtjax.precision.Step` whose `aux` is `(td, q)`
         and whose `loss` is the mean over the devices."""
 
-        def loss_fn(p, dtype):
-            td, q = self._td(p, target_params, batch, gamma, dtype)
-            return self._loss(td, weight), (td, q)
+        if "demo" in batch and self.cfg.demo_margin > 0:
+            def loss_fn(p, dtype):
+                td, q, q_all = self._td(p, target_params, batch, gamma, dtype, with_q_all=True)
+                return self._loss(td, weight) + self.cfg.demo_margin * self._margin(q_all, batch["action"],
+                                                                                     batch["demo"]), (td, q)
+        else:
+            def loss_fn(p, dtype):
+                td, q = self._td(p, target_params, batch, gamma, dtype)
+                return self._loss(td, weight), (td, q)
 
         return self.precision.step(prec_state, loss_fn, params, opt_state, self.tx, clip)
 
@@ -386,7 +469,17 @@ class RMT(Agent):
                                                      c.eps_decay_frac),
             beta=hp.beta_start + (1.0 - hp.beta_start) * progress,
             clip=self.precision.clip_threshold(hp.max_grad_norm, progress),
-            lr=lr_in_force(hp.lr, progress, c.lr_end_frac))
+            lr=lr_in_force(hp.lr, progress, c.lr_end_frac),
+            demo_rows=self._demo_rows(progress))
+
+    def _demo_rows(self, progress):
+        """How many rows of this device's minibatch come from the demonstrations."""
+        if self.demos is None:
+            return jnp.zeros((), jnp.int32)
+        c = self.cfg
+        share = exploration.linear_schedule(jnp.float32(c.demo_share), jnp.float32(c.demo_share_end), progress,
+                                            c.demo_decay_frac)
+        return jnp.minimum(jnp.round(share * self.local_batch).astype(jnp.int32), self.max_demo_rows)
 
     @jax.named_scope("phase/act")
     def _act(self, state: RMTState, sched: Schedule, key):
@@ -424,7 +517,7 @@ class RMT(Agent):
         td_abs = finite_abs(td)
         return self.replay.add(state.replay, new, td_abs), td_abs
 
-    def _learn(self, learner, t, key, sched: Schedule, hp: RMTHParams, key_share):
+    def _learn(self, learner, t, key, sched: Schedule, hp: RMTHParams, key_share, demos=None):
         """`num_updates` guarded gradient steps of iteration `t`, each with its sample, target
         update and write-back. Returns the learner tuple and the iteration's statistics."""
         c = self.cfg
@@ -437,9 +530,16 @@ class RMT(Agent):
             (params, target_params, opt_state, replay, prec_state), share = carry
             k, index = x
             with jax.named_scope("phase/sample"):
-                batch, info = self.replay.sample(replay, k, self.local_batch, sched.beta)
+                if demos is None:
+                    batch, info = self.replay.sample(replay, k, self.local_batch, sched.beta)
+                    weight, keep = info.weight, None
+                else:
+                    k, k_demo = jax.random.split(k)
+                    batch, info = self.replay.sample(replay, k, self.local_batch, sched.beta)
+                    batch, weight, is_demo = self._mix_demos(demos, batch, info.weight, sched.demo_rows, k_demo)
+                    keep = ~is_demo  # the replay's own rows are written back, the demonstrations' not
             with jax.named_scope("phase/grad_step"):
-                out = self.gradient_step(params, target_params, opt_state, prec_state, batch, info.weight, hp.gamma,
+                out = self.gradient_step(params, target_params, opt_state, prec_state, batch, weight, hp.gamma,
                                          sched.clip)
                 params, opt_state, prec_state, loss, (td, q) = (out.params, out.opt_state, out.precision, out.loss,
                                                                 out.aux)
@@ -453,12 +553,14 @@ class RMT(Agent):
             with jax.named_scope("phase/diagnostics"):
                 stats = {"loss": loss, "td_abs": jnp.abs(td).mean(), "q_mean": q.mean(), **out.stats,
                          **self.replay.batch_stats(replay, info)}
+                if demos is not None:
+                    stats["demo_share"] = is_demo.mean()
                 # the top-TD share of the iteration's last minibatch, every `diagnostics_every` iterations
                 share = jax.lax.cond(share_due & (index == self.num_updates - 1),
                                      lambda: self.replay.key_share(replay, info, k_share), lambda: share)
             # the write-back comes last: reading the batch after it would make XLA copy the buffer
             with jax.named_scope("phase/write_back"):
-                replay = self.replay.update(replay, info, finite_abs(td))
+                replay = self.replay.update(replay, info, finite_abs(td), keep)
             return ((params, target_params, opt_state, replay, prec_state), share), stats
 
         xs = (keys[:-1], jnp.arange(self.num_updates, dtype=jnp.int32))
@@ -477,11 +579,11 @@ class RMT(Agent):
         learning = t >= self.first_learning_iteration  # `t` is not batched: a real branch under vmap
 
         # one trace of the updates serves both branches: the stats' shapes for the skip
-        args = (learner, t, k_learn, sched, hp, state.key_share)
+        args = (learner, t, k_learn, sched, hp, state.key_share, state.demos)
         learn, (_, stats_shape) = trace_once(self._learn, *args)
 
         def skip(args):
-            return args[0], {**zeros(stats_shape), "top_td_share": args[-1]}
+            return args[0], {**zeros(stats_shape), "top_td_share": args[5]}
 
         learner, stats = jax.lax.cond(learning, lambda a: learn(*a), skip, args)
         params, target_params, opt_state, replay, prec_state = learner

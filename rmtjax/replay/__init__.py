@@ -6,7 +6,9 @@
 - `init(example)`, `add(state, batch, td_abs)` (`td_abs` is ignored where `needs_td` is False:
   a uniform buffer keeps no priority, so the agent need not compute one at insertion);
 - `sample(state, key, batch_size, beta) -> (batch, info)` with `info.weight` the importance
-  weights, and `update(state, info, td_abs)`, the write-back of the drawn items' new |TD|;
+  weights, and `update(state, info, td_abs, keep=None)`, the write-back of the drawn items' new
+  |TD| (only the rows where `keep` is True, when given: rows a learner replaced, e.g. by
+  demonstrations, are left as they were);
 - diagnostics: `batch_stats(state, info)` (cheap, every iteration), `key_share(state, info,
   key)` (the top-TD share; it costs a quantile over a pool of items, so agents compute it every
   few iterations) and `buffer_stats(state)`.

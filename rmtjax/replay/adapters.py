@@ -37,7 +37,9 @@ class TieredReplay:
     def sample(self, state, key, batch_size, beta):
         return tiered.sample(state, key, batch_size, self.proportions, beta)
 
-    def update(self, state, info, td_abs):
+    def update(self, state, info, td_abs, keep=None):
+        if keep is not None:
+            info = info.replace(valid=info.valid & keep)
         return tiered.update(state, info, td_abs)
 
     def batch_stats(self, state, info):
@@ -74,9 +76,10 @@ class PrioritizedReplay:
         data, info = prioritized.sample(state, key, batch_size, beta)
         return data["item"], PrioritizedDraw(info.slot, info.weight, info.valid, data["td"])
 
-    def update(self, state, info, td_abs):
-        state = prioritized.update(state, info.slot, td_abs + self.EPS, info.valid)
-        return write_td(state, info.slot, td_abs)
+    def update(self, state, info, td_abs, keep=None):
+        valid = info.valid if keep is None else info.valid & keep
+        state = prioritized.update(state, info.slot, td_abs + self.EPS, valid)
+        return write_td(state, info.slot, td_abs, keep)
 
     def batch_stats(self, state, info):
         return {}

@@ -38,8 +38,8 @@ class UniformReplay:
         data, slots = ring.sample(state, key, batch_size)
         return data["item"], UniformInfo(slots, jnp.ones(batch_size), data["td"])
 
-    def update(self, state, info, td_abs):
-        return write_td(state, info.slot, td_abs)
+    def update(self, state, info, td_abs, keep=None):
+        return write_td(state, info.slot, td_abs, keep)
 
     def batch_stats(self, state, info):
         return {}

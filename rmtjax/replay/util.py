@@ -31,6 +31,9 @@ def top_share(td_pool: jax.Array, td_batch: jax.Array) -> jax.Array:
     return (td_batch >= threshold).mean()
 
 
-def write_td(state, slot: jax.Array, td_abs: jax.Array):
-    """A buffer whose items carry their last |TD| as `data["td"]` (ring, sum-tree), with it set at `slot`."""
-    return state.replace(data={**state.data, "td": state.data["td"].at[slot].set(td_abs)})
+def write_td(state, slot: jax.Array, td_abs: jax.Array, keep: jax.Array | None = None):
+    """A buffer whose items carry their last |TD| as `data["td"]` (ring, sum-tree), with it set at
+    `slot` (only where `keep`, when given)."""
+    if keep is not None:
+        slot = jnp.where(keep, slot, state.data["td"].shape[0])  # past the end: dropped
+    return state.replace(data={**state.data, "td": state.data["td"].at[slot].set(td_abs, mode="drop")})

@@ -10,6 +10,9 @@ agent, the IQM over seeds with a 95% percentile-bootstrap interval, and every se
 The last rows aggregate over games: each score divided by the best agent's IQM on that game
 (so 1 is the best agent), then the IQM over all games × seeds with its interval, and how many
 games each agent has the highest IQM on. Curves go to `results/NAME.npz`.
+
+An entry of `--algos` may also name a variant of an agent's defaults (`VARIANTS` below, e.g.
+`rmt-dqnloss`: RMT with DQN's squared loss and clip), to measure what one default costs.
 """
 
 from __future__ import annotations
@@ -23,6 +26,13 @@ from benchmarks.curves import late_mean, run_agent
 from benchmarks.stats import iqm_ci
 
 GAMES = ("Asterix-MinAtar", "Breakout-MinAtar", "Freeway-MinAtar", "Seaquest-MinAtar", "SpaceInvaders-MinAtar")
+# named variants of an agent's defaults (`--algos rmt rmt-dqnloss`), to find out what a default costs
+VARIANTS = {
+    # RMT with DQN's loss and clip: the squared TD error and a global-norm clip of 10 (RMT: Huber δ=1, clip 0.5)
+    "rmt-dqnloss": ("rmt", ["agent.loss=mse", "agent.max_grad_norm=10"]),
+    "rmt-uniform": ("rmt", ["agent.replay=uniform"]),
+    "rmt-epsgreedy": ("rmt", ["agent.exploration=eps_greedy"]),
+}
 
 
 def fmt(values) -> str:
@@ -43,7 +53,8 @@ def main(argv=None):
     rows = []
     for game in args.games:
         for algo in args.algos:
-            r = run_agent(algo, game, args.steps, args.seeds, [], args.seed, preset=False)
+            base, sets = VARIANTS.get(algo, (algo, []))
+            r = run_agent(base, game, args.steps, args.seeds, sets, args.seed, preset=False)
             env_steps = r.metrics["env_steps"][0]
             scores[game, algo] = late_mean(r.metrics["episode_return"], env_steps, r.metrics["episode_count"],
                                            args.steps)

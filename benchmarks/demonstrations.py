@@ -35,8 +35,8 @@ from benchmarks.stats import iqm_ci
 from rmtjax.replay import demonstrations as demo_io
 
 
-def expert(env: str, steps: int):
-    cfg = rmtjax.make_config("rmt", env, {"train.total_steps": steps, "train.num_seeds": 1, "train.progress": False})
+def expert(base: rmtjax.Config, steps: int):
+    cfg = base.override({"train.total_steps": steps, "train.num_seeds": 1, "train.progress": False})
     result = rmtjax.train(cfg, jax.random.key(1000))
     greedy = rmtjax.evaluate(result, episodes=20)
     return result, float(np.mean(greedy.returns))
@@ -88,7 +88,8 @@ def main(argv=None):
     ap.add_argument("--name", default=None)
     args = ap.parse_args(argv)
 
-    trained, expert_return = expert(args.env, args.expert_steps)
+    base = rmtjax.make_config("rmt", args.env)  # the preset, read once: every run below starts from it
+    trained, expert_return = expert(base, args.expert_steps)
     demos = collect(trained, args.demo_steps)
     demo_return = demos["reward"].sum() / max(1, (demos["terminated"] | demos["truncated"]).sum())
     print(f"expert greedy return {expert_return:.1f}; {len(demos['reward']):,} demonstration transitions", flush=True)
@@ -106,7 +107,7 @@ def main(argv=None):
             overrides = {"train.total_steps": args.steps, "train.num_seeds": args.seeds, "train.progress": False, **sets}
             if sets:
                 overrides["agent.demonstrations"] = str(path)
-            result = rmtjax.train(rmtjax.make_config("rmt", args.env, overrides), jax.random.key(0))
+            result = rmtjax.train(base.override(overrides), jax.random.key(0))
             reach = steps_to(result, args.threshold)
             censored = np.where(np.isfinite(reach), reach, args.steps)
             mid, lo, hi = iqm_ci(censored)

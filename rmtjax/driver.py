@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping
 import jax
 import numpy as np
 
-from rmtjax import cache, distributed, health, limits
+from rmtjax import cache, distributed, health, limits, loggers
 from rmtjax.agents import build_agent
 from rmtjax.config import Config, ConfigError
 from rmtjax.envs import final_return
@@ -204,6 +204,7 @@ def train(config: Config | None, key: jax.Array | None = None, *, hparams: Mappi
     """
     if config is not None:
         distributed.initialize(config)  # a multi-host run joins its processes first
+        loggers.check_wandb(config)
     cache.enable()
     program = None
     if resume is None and config is not None:
@@ -212,16 +213,26 @@ def train(config: Config | None, key: jax.Array | None = None, *, hparams: Mappi
     run = _open_run(config, key, hparams, run_dir, resume)
     if run is not None:
         config, key, hparams = run.config, run.key, run.hparams
+    logger = None
     try:
         if program is None:  # a resumed run: its own config
+            loggers.check_wandb(config)
             program = Program(config)
             program.preflight(hparams)
-        result = _drive(program, key, hparams, progress, on_chunk, run)
+        if config.train.wandb:
+            logger = loggers.WandbLogger(config, run_id=None if run is None else run.wandb_id(),
+                                         name=None if run is None else run.path.name,
+                                         resuming=run is not None and run.resuming)
+        result = _drive(program, key, hparams, progress, on_chunk, run, logger=logger)
         if run is not None:
             run.finish(result)
             result.run_dir = run.path
+        if logger is not None:
+            logger.finish(result)
         return result
     finally:
+        if logger is not None:
+            logger.close()
         if run is not None:
             run.close()
 
@@ -245,7 +256,7 @@ def _open_run(config, key, hparams, run_dir, resume):
     return None
 
 
-def _drive(program: Program, key, hparams, progress, on_chunk, run) -> TrainResult:
+def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=None, keys=None) -> TrainResult:
     config = program.config
     agent, sharded = program.agent, program.sharded  # sharded: None on one device
     n_iter = agent.num_iterations
@@ -254,7 +265,8 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run) -> TrainResu
     show = config.train.progress if progress is None else progress
 
     t0 = time.perf_counter()
-    fresh = state = program.initial_state(jax.random.split(key, config.train.num_seeds), hparams)
+    keys = jax.random.split(key, config.train.num_seeds) if keys is None else keys
+    fresh = state = program.initial_state(keys, hparams)
     compile_seconds = time.perf_counter() - t0
 
     chunks: list[dict] = []  # each chunk's metrics, name -> [length, num_seeds]
@@ -294,6 +306,8 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run) -> TrainResu
         watch.after_chunk(state, chunks)
         if run is not None:
             run.record(state, chunks, metrics, done, math.ceil(done / chunk_len), final=done >= n_iter)
+        if logger is not None:
+            logger.log(metrics, done - length + 1)
         if bar is not None:
             seeds = config.train.num_seeds
             elapsed = time.perf_counter() - t1

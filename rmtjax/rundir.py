@@ -201,6 +201,15 @@ class RunDir:
         run.resuming = True
         return run
 
+    def wandb_id(self) -> str:
+        """The id of this run's W&B run (`train.wandb`), made and kept in run.json at first use."""
+        if not self.info.get("wandb_id"):
+            from rmtjax.loggers import new_run_id
+
+            self.info["wandb_id"] = new_run_id()
+            _write_atomic(self.path / "run.json", json.dumps(self.info, indent=2) + "\n")
+        return self.info["wandb_id"]
+
     # -- the driver's calls ----------------------------------------------------------------
     def restore(self, like, *, set_aside: bool = True) -> Snapshot | None:
         """The newest usable checkpoint (None if none was written yet), with the state shaped

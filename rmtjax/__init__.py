@@ -14,6 +14,8 @@ _PUBLIC = {
     "Config": "rmtjax.config", "ConfigError": "rmtjax.schema", "load_config": "rmtjax.config",
     "make_config": "rmtjax.config", "EvalResult": "rmtjax.driver", "TrainResult": "rmtjax.driver",
     "evaluate": "rmtjax.driver", "load_run": "rmtjax.driver", "make_train": "rmtjax.driver", "train": "rmtjax.driver",
+    "load_policy": "rmtjax.driver", "make_policy": "rmtjax.driver", "register_env": "rmtjax.envs",
+    "sweep": "rmtjax.sweep", "SweepResult": "rmtjax.sweep", "render_video": "rmtjax.video",
 }
 __all__ = sorted(_PUBLIC)
 

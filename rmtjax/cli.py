@@ -2,7 +2,12 @@
 
     rmtjax train [CONFIG.yaml] [--algo A] [--env E] [--set key=value ...] [--run-dir DIR]
     rmtjax train --resume DIR [--set train.progress=false ...]
-    rmtjax eval DIR [--episodes N] [--seed S] [--max-steps N]
+    rmtjax train ... --print-config              # print the resolved config and exit
+    rmtjax eval DIR [--episodes N] [--seed S] [--max-steps N] [--video out.gif|out.mp4]
+    rmtjax sweep [CONFIG.yaml] --grid agent.lr=1e-4,3e-4 [--grid ...] [--seeds N] [--run-dir DIR]
+    rmtjax sweep --resume DIR
+    rmtjax config [SECTION] [--algo A]           # every field: type, default, range, doc
+    rmtjax notebooks [DEST]                      # copy the example notebooks out of the package
 
 Both take `--allow-import MODULE` (repeatable): an env id `gymnasium:MODULE:EnvId` may then
 import MODULE when the env is built; without it no config or run directory makes rmtjax
@@ -81,21 +86,23 @@ def _allow_imports(args) -> None:
 
 
 def cmd_train(args) -> int:
-    import jax
-    import numpy as np
-
     from rmtjax import cache, distributed
-    from rmtjax.driver import train
 
     args.seed = _integer(args.seed, "--seed", 0, SEED_MAX)
     _check_dir_flag(args.run_dir, "--run-dir")
     _check_dir_flag(args.resume, "--resume")
     _allow_imports(args)
+    if args.print_config:  # nothing is compiled or trained
+        print(_build_config(args).to_yaml(), end="")
+        return 0
     distributed.initialize()  # a multi-host run (RMTJAX_* variables) joins before JAX starts
     cache.enable(disable=args.no_compile_cache)
     cfg = _build_config(args)
-    if args.print_config:
-        print(cfg.to_yaml())
+    import jax
+    import numpy as np
+
+    from rmtjax.driver import train
+
     progress = False if args.quiet else None
     if args.resume:
         key = None if args.seed is None else jax.random.key(args.seed)  # None: the run's own key
@@ -122,10 +129,131 @@ def cmd_eval(args) -> int:
     _check_dir_flag(args.run_dir, "run directory")
     _allow_imports(args)
     result = load_run(args.run_dir)
+    if args.video:
+        from rmtjax.video import render_video
+
+        video = render_video(result, args.video, key=jax.random.key(seed), max_steps=max_steps,
+                             per_seed=args.per_seed)
+        print(video.summary())
+        return 0
     ev = evaluate(result, episodes=episodes, key=jax.random.key(seed), max_steps=max_steps)
     print(f"{result.config.algo} on {result.config.env.id} ({args.run_dir}, {result.env_steps:,} env steps per seed): "
           f"{ev.summary()}")
     print(f"mean return {ev.mean:.2f} ± std {ev.std:.2f}")
+    return 0
+
+
+def parse_grid(texts) -> dict:
+    """`["agent.lr=1e-4,3e-4", ...]` -> `{"agent.lr": [0.0001, 0.0003], ...}` (each value read as YAML)."""
+    from rmtjax.config import parse_override
+    from rmtjax.schema import ConfigError
+
+    grid = {}
+    for text in texts or []:
+        if "=" not in text:
+            raise ConfigError(f"--grid {text!r}: expected field=v1,v2,..., e.g. --grid agent.lr=1e-4,3e-4,1e-3")
+        field, raw = text.split("=", 1)
+        field = field.strip()
+        if field in grid:
+            raise ConfigError(f"--grid {field}: given twice; list all its values in one --grid")
+        values = [parse_override(f"{field}={v.strip()}")[1] for v in raw.split(",") if v.strip()]
+        if not values:
+            raise ConfigError(f"--grid {text!r}: no values after '='")
+        grid[field] = values
+    return grid
+
+
+def cmd_sweep(args) -> int:
+    from rmtjax import cache
+    from rmtjax.schema import ConfigError
+
+    args.seed = _integer(args.seed, "--seed", 0, SEED_MAX)
+    seeds = _integer(args.seeds, "--seeds", 1, 2**20)
+    _check_dir_flag(args.run_dir, "--run-dir")
+    _check_dir_flag(args.resume, "--resume")
+    _allow_imports(args)
+    grid = parse_grid(args.grid)
+    if not grid and not args.resume:
+        raise ConfigError("rmtjax sweep: give at least one --grid FIELD=V1,V2,..., e.g. --grid agent.lr=1e-4,3e-4,1e-3")
+    cache.enable(disable=args.no_compile_cache)
+    if seeds is not None:
+        args.set = [*(args.set or []), f"train.num_seeds={seeds}"]
+    import jax
+
+    from rmtjax.sweep import sweep
+
+    progress = False if args.quiet else None
+    if args.resume:
+        from rmtjax.rundir import RunDir
+
+        from rmtjax.config import parse_override
+
+        if args.config or args.algo or args.env:
+            raise ConfigError("rmtjax sweep --resume DIR: the config is the sweep's own (DIR/config.yaml); give no "
+                              "CONFIG, --algo or --env (--set may change train.progress and the like)")
+        run = RunDir.open(args.resume)
+        if run.sweep is None:
+            raise ConfigError(f"{run.path} holds a training run, not a sweep: continue it with "
+                              f"rmtjax train --resume {run.path}")
+        cfg = None
+        if args.set:  # the sweep's base config with --set on top (checked against the run's when resuming)
+            base = run.config.override({"train.num_seeds": int(run.sweep["seeds"])})
+            cfg = base.override(dict(parse_override(x) for x in args.set))
+        key = None if args.seed is None else jax.random.key(args.seed)
+        result = sweep(cfg, grid or None, key, progress=progress, resume=args.resume)
+    else:
+        cfg = _build_config(args)
+        seed = cfg.train.seed if args.seed is None else args.seed
+        result = sweep(cfg, grid, jax.random.key(seed), progress=progress, run_dir=args.run_dir)
+    print(result.table_text())
+    print(result.summary())
+    if result.run_dir is not None:
+        have_plot = (result.run_dir / "heatmap.png").exists()
+        print(f"run directory: {result.run_dir} (metrics.csv, sweep.csv{', heatmap.png' if have_plot else ''})")
+    return 0
+
+
+def cmd_config(args) -> int:
+    from rmtjax.agents import agent_config_class, available_algos
+    from rmtjax.config import EnvConfig, TrainConfig
+    from rmtjax.distributed import DistributedConfig
+    from rmtjax.meta.config import CurriculumConfig, MetaConfig
+    from rmtjax.precision import PrecisionConfig
+    from rmtjax.schema import ConfigError, close_matches, describe
+
+    sections = {"env": EnvConfig, "train": TrainConfig, "agent": None, "precision": PrecisionConfig,
+                "meta": MetaConfig, "curriculum": CurriculumConfig, "distributed": DistributedConfig}
+    algo = args.algo or DEFAULT_ALGO
+    wanted = args.section
+    if wanted in available_algos():  # `rmtjax config sac`: that algorithm's agent section
+        algo, wanted = wanted, "agent"
+    if wanted is not None and wanted not in sections:
+        raise ConfigError(f"rmtjax config: no section {wanted!r}.{close_matches(wanted, [*sections, *available_algos()])} "
+                          f"Sections: {', '.join(sections)}; or an algorithm: {', '.join(available_algos())}")
+    for name, cls in sections.items():
+        if wanted is not None and name != wanted:
+            continue
+        cls = cls or agent_config_class(algo)
+        title = f"{name} ({algo})" if name == "agent" else name
+        doc = " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())
+        if doc.startswith(f"{cls.__name__}("):  # the dataclass's generated signature, not a description
+            doc = ""
+        print(f"{title}:{' ' + doc if doc else ''}")
+        for row in describe(cls, name):
+            rng = f", {row['allowed']}" if row["allowed"] else ""
+            print(f"  {row['name']}: {row['type']} = {row['default']!r}{rng}")
+            if row["doc"]:
+                print(f"      {row['doc']}")
+        print()
+    return 0
+
+
+def cmd_notebooks(args) -> int:
+    from rmtjax import notebooks
+
+    _check_dir_flag(args.dest, "DEST")
+    for path in notebooks.copy_to(args.dest):
+        print(path)
     return 0
 
 
@@ -138,14 +266,18 @@ def main(argv=None) -> int:
 
     parser = argparse.ArgumentParser(prog="rmtjax", description="Train RL agents as one compiled JAX program.")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("train", help="train an agent (no arguments: PPO on CartPole-v1, a short solving run)")
+    fields_note = ("Every config field (type, default, range, what it does): rmtjax config [SECTION], e.g. "
+                   "rmtjax config train, rmtjax config agent --algo sac. Set one with --set section.field=value.")
+    p = sub.add_parser("train", help="train an agent (no arguments: PPO on CartPole-v1, a short solving run)",
+                       epilog=fields_note)
     p.add_argument("config", nargs="?", help="a YAML config file")
     p.add_argument("--algo", help=f"algorithm (default {DEFAULT_ALGO})")
     p.add_argument("--env", help=f"environment id (default {DEFAULT_ENV})")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field, e.g. agent.lr=3e-4")
     p.add_argument("--seed", help=f"PRNG seed in [0, {SEED_MAX}] (default: train.seed)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--print-config", action="store_true", help="print the resolved config first")
+    p.add_argument("--print-config", action="store_true",
+                   help="print the resolved config (with --set and the file applied) and exit without training")
     p.add_argument("--no-compile-cache", action="store_true",
                    help="do not read or write the persistent compilation cache (see RMTJAX_CACHE_DIR)")
     where = p.add_mutually_exclusive_group()
@@ -161,7 +293,39 @@ def main(argv=None) -> int:
     e.add_argument("--max-steps", help="cut episodes off after this many steps, ≥ 1 (default: the env's limit)")
     e.add_argument("--allow-import", action="append", metavar="MODULE",
                    help="let an env id gymnasium:MODULE:EnvId import MODULE (runs its code); repeatable")
+    e.add_argument("--video", metavar="PATH",
+                   help="instead of scoring, render one greedy episode per seed into PATH (.gif or .mp4): "
+                        "the seeds side by side in one video (with --per-seed one file each, PATH_seed<k>)")
+    e.add_argument("--per-seed", action="store_true", help="with --video: one file per seed instead of a grid")
     e.set_defaults(func=cmd_eval)
+    w = sub.add_parser("sweep", help="train a hyperparameter grid × seeds in one compiled program",
+                       epilog="Only the agent's hyperparameters held as arrays can be swept (rmtjax config agent "
+                              "shows them); fields that change shapes (env.num_envs, agent.hidden, ...) are refused.")
+    w.add_argument("config", nargs="?", help="a YAML config file")
+    w.add_argument("--algo", help=f"algorithm (default {DEFAULT_ALGO})")
+    w.add_argument("--env", help=f"environment id (default {DEFAULT_ENV})")
+    w.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field, e.g. train.total_steps=1e5")
+    w.add_argument("--grid", action="append", metavar="FIELD=V1,V2,...",
+                   help="a grid axis, e.g. agent.lr=1e-4,3e-4,1e-3; repeat for more axes (every combination is a cell)")
+    w.add_argument("--seeds", help="seeds per cell (default: train.num_seeds)")
+    w.add_argument("--seed", help=f"PRNG seed in [0, {SEED_MAX}] (default: train.seed)")
+    w.add_argument("--quiet", action="store_true", help="no progress bar")
+    w.add_argument("--no-compile-cache", action="store_true", help="do not use the persistent compilation cache")
+    wwhere = w.add_mutually_exclusive_group()
+    wwhere.add_argument("--run-dir", metavar="DIR", help="write metrics (with a cell column), checkpoints, "
+                                                          "sweep.csv and heatmap.png into DIR")
+    wwhere.add_argument("--resume", metavar="DIR", help="continue the sweep in DIR from its last checkpoint")
+    w.add_argument("--allow-import", action="append", metavar="MODULE",
+                   help="let an env id gymnasium:MODULE:EnvId import MODULE (runs its code); repeatable")
+    w.set_defaults(func=cmd_sweep)
+    c = sub.add_parser("config", help="list every config field with its type, default, range and doc")
+    c.add_argument("section", nargs="?", help="env, train, agent, precision, meta, curriculum or distributed "
+                                              "(or an algorithm name: its agent section); default: all")
+    c.add_argument("--algo", help=f"whose agent section to list (default {DEFAULT_ALGO})")
+    c.set_defaults(func=cmd_config)
+    n = sub.add_parser("notebooks", help="copy the example notebooks (shipped in the package) into a folder")
+    n.add_argument("dest", nargs="?", default="rmtjax-notebooks", help="where (default ./rmtjax-notebooks)")
+    n.set_defaults(func=cmd_notebooks)
     args = parser.parse_args(argv)
     from rmtjax.checkpoint import CheckpointError
     from rmtjax.rundir import RunDirError

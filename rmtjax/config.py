@@ -56,12 +56,10 @@ class EnvConfig(Section):
             raise ConfigError(f"env.host_vectorization: {self.host_vectorization!r} applies only to environments "
                               f"run on the host (gymnasium:<id>); {self.id!r} runs in JAX. Leave it at 'sync'.")
         if self.params and ":" not in self.id:
-            import gymnax
-
-            from rmtjax.envs import check_env_params
+            from rmtjax.envs import check_env_params, default_env_params
 
             # stored as checked: 2e2 for an integer parameter becomes 200
-            object.__setattr__(self, "params", check_env_params(self.id, gymnax.make(self.id)[1], self.params))
+            object.__setattr__(self, "params", check_env_params(self.id, default_env_params(self.id), self.params))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,12 +75,18 @@ class TrainConfig(Section):
     checkpoint_every: int = param(1, lo=1, doc="with a run directory: checkpoint every N chunks (and after the last)")
     keep_checkpoints: int = param(3, lo=1, doc="with a run directory: checkpoints kept; older ones are deleted")
     tensorboard: bool = param(False, doc="with a run directory: also write TensorBoard events (needs tensorboardX)")
+    wandb: bool = param(False, doc="also log to Weights & Biases: the TensorBoard scalars against env steps, "
+                                   "the config and a summary (needs rmtjax[wandb])")
+    wandb_project: str = param("rmtjax", doc="with train.wandb: the W&B project")
+    wandb_mode: str = param("auto", choices=("auto", "online", "offline"),
+                            doc="with train.wandb: offline writes the W&B run to disk only (no network; wandb "
+                                "sync uploads it later), online streams it, auto leaves it to wandb (WANDB_MODE)")
 
 
 # Fields that only say how a run is watched or saved, not what it computes: a run may be
 # resumed with other values for these (every other field must match the run's config.yaml).
 RUN_INDEPENDENT_FIELDS = frozenset({"train.progress", "train.checkpoint_every", "train.keep_checkpoints",
-                                    "train.tensorboard"})
+                                    "train.tensorboard", "train.wandb", "train.wandb_project", "train.wandb_mode"})
 
 
 
@@ -222,9 +226,14 @@ def available_presets() -> list[str]:
 
 def make_config(algo: str, env: str = "CartPole-v1", overrides: Mapping[str, Any] | None = None) -> Config:
     """The config for `algo` on `env`: the bundled preset when one exists, else the defaults,
-    then `overrides` (dotted keys) on top."""
+    then `overrides` (dotted keys) on top. `env` is an id, or an environment object with gymnax's
+    interface, which is registered under its class name (`rmtjax.envs.register_env`)."""
     from rmtjax.agents import agent_config_class
 
+    if not isinstance(env, str) and hasattr(env, "step") and hasattr(env, "reset"):
+        from rmtjax.envs import register_env
+
+        env = register_env(type(env).__name__, env)  # an env object of the user's: trained under its class name
     if not isinstance(algo, str) or not isinstance(env, str):
         raise ConfigError(f"make_config(algo, env): both are names (strings), got {algo!r} and {env!r}")
     agent_config_class(algo)  # unknown algorithm names fail here, with close matches

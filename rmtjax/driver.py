@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping
 import jax
 import numpy as np
 
-from rmtjax import cache, distributed, health, limits
+from rmtjax import cache, distributed, health, limits, loggers
 from rmtjax.agents import build_agent
 from rmtjax.config import Config, ConfigError
 from rmtjax.envs import final_return
@@ -50,6 +50,10 @@ class TrainResult:
     def env_steps(self) -> int:
         """Environment steps per seed."""
         return int(self.metrics["env_steps"][0, -1])
+
+    def policy(self, seed: int = 0) -> Callable:
+        """Seed `seed`'s greedy policy as a jitted function `obs -> action` (`make_policy`)."""
+        return make_policy(self.config, self.state, seed)
 
     def summary(self) -> str:
         fr = self.final_return
@@ -119,6 +123,24 @@ def _masked_chunk(vstep: Callable, max_length: int) -> Callable:
     return run
 
 
+def _seed_axis(name: str, value, seeds: int) -> int | None:
+    shape = np.shape(value)
+    if shape == ():
+        return None
+    if shape == (seeds,):
+        return 0
+    raise ConfigError(f"hparams: {name!r} has shape {shape}; give a scalar (every seed) or one value per seed "
+                      f"(shape ({seeds},))")
+
+
+def seed_keys(key, seeds: int, cells: int = 1):
+    """The keys of a run's `seeds` seeds: `split(key, seeds)`; in a sweep of `cells` cells of
+    `seeds // cells` seeds each, every cell's seeds get the keys of a plain run with that many
+    seeds (so cells are compared on the same seeds)."""
+    per_cell = jax.random.split(key, seeds // cells)
+    return per_cell if cells == 1 else jax.numpy.concatenate([per_cell] * cells)
+
+
 class Program:
     """One run's composition, in one place for `make_train`, `train`, `load_run` and `evaluate`:
     the agent (`rmtjax.protocol`), vmapped over seeds → the meta layer (`rmtjax.meta.controller`,
@@ -132,7 +154,13 @@ class Program:
     def __init__(self, config: Config):
         self.config = config
         self.agent = agent = build_agent(config)
-        vinit = lambda keys, hparams=None: jax.vmap(lambda k: agent.init(k, hparams))(keys)  # noqa: E731
+        seeds = config.train.num_seeds
+
+        def vinit(keys, hparams=None):
+            # a hyperparameter is a scalar (every seed) or a [num_seeds] vector (one per seed: a sweep)
+            axes = {k: _seed_axis(k, v, seeds) for k, v in (hparams or {}).items()}
+            return jax.vmap(agent.init, in_axes=(0, axes or None))(keys, hparams or None)
+
         # on several devices an iteration's metrics are reduced across them first, so the meta layer
         # and the log see the whole run's; `t` is the same for every seed
         vstep = jax.vmap(distributed.reduced_step(config, agent.step), in_axes=(0, None))
@@ -195,7 +223,7 @@ def make_train(config: Config) -> Callable:
 
 def train(config: Config | None, key: jax.Array | None = None, *, hparams: Mapping[str, Any] | None = None,
           progress: bool | None = None, on_chunk: Callable | None = None, run_dir=None,
-          resume=None) -> TrainResult:
+          resume=None, _sweep: dict | None = None) -> TrainResult:
     """Train `config.train.num_seeds` seeds side by side from `key`.
 
     `run_dir`: write the run there (config.yaml, metrics.jsonl/.csv, checkpoints every
@@ -204,32 +232,61 @@ def train(config: Config | None, key: jax.Array | None = None, *, hparams: Mappi
     None (the run's own are used) and must match the run's if given. A resumed run ends with
     the same parameters and metrics as one that was never interrupted.
     `on_chunk(state, metrics_so_far, iteration)` is called on the host after every chunk.
+    `hparams` values are scalars (every seed) or `[num_seeds]` vectors (one per seed).
+    (`_sweep` is `rmtjax.sweep`'s: the grid a sweep's run directory records.)
     """
     if config is not None:
         distributed.initialize(config)  # a multi-host run joins its processes first
+        loggers.check_wandb(config)
     cache.enable()
     program = None
     if resume is None and config is not None:
         program = Program(config)
         program.preflight(hparams)  # before a run directory is made
-    run = _open_run(config, key, hparams, run_dir, resume)
+    run = _open_run(config, key, hparams, run_dir, resume, _sweep)
     if run is not None:
         config, key, hparams = run.config, run.key, run.hparams
+    logger = None
     try:
+        if run is not None and (run.sweep is None) != (_sweep is None):
+            from rmtjax.rundir import RunDirError
+
+            raise RunDirError(f"{run.path} holds a sweep: continue it with rmtjax sweep --resume {run.path}"
+                              if run.sweep is not None else f"{run.path} holds a training run, not a sweep: "
+                              f"continue it with rmtjax train --resume {run.path}")
+        sweep_info = _sweep if run is None else run.sweep
+        cells = 1 if sweep_info is None else len(config_cells(sweep_info))
         if program is None:  # a resumed run: its own config
+            loggers.check_wandb(config)
             program = Program(config)
             program.preflight(hparams)
-        result = _drive(program, key, hparams, progress, on_chunk, run)
+        if config.train.wandb:
+            logger = loggers.WandbLogger(config, run_id=None if run is None else run.wandb_id(),
+                                         name=None if run is None else run.path.name,
+                                         resuming=run is not None and run.resuming)
+        result = _drive(program, key, hparams, progress, on_chunk, run, logger=logger, cells=cells)
         if run is not None:
             run.finish(result)
             result.run_dir = run.path
+        if logger is not None:
+            logger.finish(result)
         return result
     finally:
+        if logger is not None:
+            logger.close()
         if run is not None:
             run.close()
 
 
-def _open_run(config, key, hparams, run_dir, resume):
+def config_cells(sweep_info: dict) -> list[dict]:
+    """The cells of a sweep's grid (`{field: [values]}`), row-major: every combination."""
+    import itertools
+
+    grid = sweep_info["grid"]
+    return [dict(zip(grid, combo)) for combo in itertools.product(*grid.values())]
+
+
+def _open_run(config, key, hparams, run_dir, resume, sweep=None):
     if resume is not None:
         from rmtjax.rundir import RunDir
 
@@ -241,14 +298,14 @@ def _open_run(config, key, hparams, run_dir, resume):
     if run_dir is not None:
         from rmtjax.rundir import RunDir
 
-        return RunDir.create(run_dir, config, key, hparams)
+        return RunDir.create(run_dir, config, key, hparams, sweep=sweep)
     if config.train.tensorboard:
         raise ConfigError("train.tensorboard: TensorBoard events are written into a run directory; pass "
                           "run_dir=DIR (rmtjax train --run-dir DIR) or set train.tensorboard: false")
     return None
 
 
-def _drive(program: Program, key, hparams, progress, on_chunk, run) -> TrainResult:
+def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=None, cells: int = 1) -> TrainResult:
     config = program.config
     agent, sharded = program.agent, program.sharded  # sharded: None on one device
     n_iter = agent.num_iterations
@@ -257,7 +314,8 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run) -> TrainResu
     show = config.train.progress if progress is None else progress
 
     t0 = time.perf_counter()
-    fresh = state = program.initial_state(jax.random.split(key, config.train.num_seeds), hparams)
+    keys = seed_keys(key, config.train.num_seeds, cells)
+    fresh = state = program.initial_state(keys, hparams)
     compile_seconds = time.perf_counter() - t0
 
     chunks: list[dict] = []  # each chunk's metrics, name -> [length, num_seeds]
@@ -297,6 +355,8 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run) -> TrainResu
         watch.after_chunk(state, chunks)
         if run is not None:
             run.record(state, chunks, metrics, done, math.ceil(done / chunk_len), final=done >= n_iter)
+        if logger is not None:
+            logger.log(metrics, done - length + 1)
         if bar is not None:
             seeds = config.train.num_seeds
             elapsed = time.perf_counter() - t1
@@ -317,6 +377,41 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run) -> TrainResu
         fr = sharded.final_return(state)
         state = sharded.local_state(state)  # this process's first device: a one-device-shaped state
     return TrainResult(config, state, stacked, fr, compile_seconds, run_seconds, warnings=watch.notes())
+
+
+def make_policy(config: Config, state, seed: int = 0) -> Callable:
+    """The greedy policy (`agent.act`) of seed `seed` of a trained state batched over seeds, as a
+    jitted function `obs -> action`. `obs` is one observation (the env's observation shape; with
+    `env.frame_stack` the stacked one) or a batch of them, as the env gives it: the observation
+    normalisation the agent trained with is applied inside, its statistics frozen. Only the
+    parameters and those statistics are kept, so the function can be exported with `jax.export`
+    and called where rmtjax is not installed."""
+    from rmtjax.envs import make_env
+
+    seeds = config.train.num_seeds
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < seeds:
+        raise ConfigError(f"seed: expected an integer in [0, {seeds - 1}] (the run has {seeds} seed(s)), got {seed!r}")
+    agent = build_agent(dataclasses.replace(config, distributed=distributed.DistributedConfig()))
+    env = make_env(dataclasses.replace(config.env, num_envs=1))
+    pick = lambda x: x[seed]  # noqa: E731
+    params = jax.tree.map(pick, state.params)
+    stats = None if state.env_state.obs_stats is None else jax.tree.map(pick, state.env_state.obs_stats)
+    obs_ndim = len(env.spec.obs_shape)
+
+    @jax.jit
+    def policy(obs):
+        obs = jax.numpy.asarray(obs)
+        single = obs.ndim == obs_ndim
+        batch = obs[None] if single else obs
+        action = agent.act(params, env._normalise(stats, batch), None)
+        return action[0] if single else action
+
+    return policy
+
+
+def load_policy(run_dir, seed: int = 0) -> Callable:
+    """`load_run(run_dir).policy(seed)`: a saved run's greedy policy as a jitted `obs -> action`."""
+    return load_run(run_dir).policy(seed)
 
 
 def load_run(run_dir) -> TrainResult:

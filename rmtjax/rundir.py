@@ -39,7 +39,7 @@ from rmtjax.config import RUN_INDEPENDENT_FIELDS, Config, ConfigError, load_conf
 # what marks a directory as holding a run
 _RUN_FILES = ("config.yaml", "run.json", "metrics.jsonl", "metrics.csv", "checkpoints", "summary.json")
 # what a run writes besides: a new run refuses a directory holding any of these too
-_RUN_EXTRAS = (".lock", "unusable_checkpoints", "tensorboard")
+_RUN_EXTRAS = (".lock", "unusable_checkpoints", "tensorboard", "sweep.csv", "heatmap.png")
 # the columns that lead every row, in this order; the other metrics follow sorted by name
 _LEADING = ("iteration", "seed", "env_steps", "episode_return", "episode_length", "episode_count")
 
@@ -70,9 +70,9 @@ def key_from_json(data: dict):
     return jax.random.wrap_key_data(raw, impl=data["impl"]) if data["impl"] else jax.numpy.asarray(raw)
 
 
-def _column_order(names) -> list[str]:
+def _column_order(names, cells: bool = False) -> list[str]:
     lead = [n for n in _LEADING[2:] if n in names]
-    return ["iteration", "seed", *lead, *sorted(n for n in names if n not in lead)]
+    return ["iteration", *(["cell"] if cells else []), "seed", *lead, *sorted(n for n in names if n not in lead)]
 
 
 def _json_number(x: np.generic):
@@ -85,24 +85,32 @@ def _json_number(x: np.generic):
     return float(str(x)) if math.isfinite(f) else None
 
 
-def _rows(chunk: dict[str, np.ndarray], first_iteration: int):
-    """Yield one dict per (iteration, seed) of `chunk` (name -> [length, num_seeds])."""
+_INDEX = ("iteration", "cell", "seed")  # the columns that say which row it is (plain integers)
+
+
+def _rows(chunk: dict[str, np.ndarray], first_iteration: int, seeds_per_cell: int | None = None):
+    """Yield one dict per (iteration, seed) of `chunk` (name -> [length, num_seeds]). In a sweep
+    (`seeds_per_cell`), the run's seeds are the cells' seeds one cell after another: the row of
+    run seed i has `cell` i // seeds_per_cell and `seed` i % seeds_per_cell."""
     length, seeds = next(iter(chunk.values())).shape[:2]
     for t in range(length):
         for s in range(seeds):
             row = {"iteration": first_iteration + t, "seed": s}
+            if seeds_per_cell:
+                row.update(cell=s // seeds_per_cell, seed=s % seeds_per_cell)
             row.update({k: v[t, s] for k, v in chunk.items()})
             yield row
 
 
-def format_rows(chunk: dict[str, np.ndarray], first_iteration: int, columns: list[str]) -> tuple[str, str]:
+def format_rows(chunk: dict[str, np.ndarray], first_iteration: int, columns: list[str],
+                seeds_per_cell: int | None = None) -> tuple[str, str]:
     """The JSONL and CSV text of `chunk`'s rows."""
     jsonl, buf = [], io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    for row in _rows(chunk, first_iteration):
-        jsonl.append(json.dumps({c: (row[c] if c in ("iteration", "seed") else _json_number(row[c]))
+    for row in _rows(chunk, first_iteration, seeds_per_cell):
+        jsonl.append(json.dumps({c: (row[c] if c in _INDEX else _json_number(row[c]))
                                  for c in columns}, allow_nan=False))
-        writer.writerow([row[c] if c in ("iteration", "seed") else str(row[c]) for c in columns])
+        writer.writerow([row[c] if c in _INDEX else str(row[c]) for c in columns])
     return "".join(line + "\n" for line in jsonl), buf.getvalue()
 
 
@@ -124,12 +132,16 @@ class RunDir:
         self.resumed_from: int | None = None
         self._columns: list[str] | None = None
         self._tb = None
+        # a sweep (`rmtjax.sweep`): {"grid": {field: values}, "seeds": seeds per cell}, else None
+        self.sweep = info.get("sweep")
+        self.seeds_per_cell = None if self.sweep is None else int(self.sweep["seeds"])
 
     # -- opening ------------------------------------------------------------------------
     @classmethod
-    def create(cls, path, config: Config, key, hparams=None) -> "RunDir":
+    def create(cls, path, config: Config, key, hparams=None, sweep: dict | None = None) -> "RunDir":
         """A new run in `path` (created if missing; refused if it already holds a run).
-        `hparams`: the initial hyperparameter overrides the run is given, kept for a restart."""
+        `hparams`: the initial hyperparameter overrides the run is given, kept for a restart;
+        `sweep`: the grid of a sweep (`rmtjax.sweep`), kept in run.json."""
         path = _nonempty_path(path, "run directory")
         if path.exists() and not path.is_dir():
             raise RunDirError(f"run directory {path} is a file, not a directory")
@@ -148,6 +160,8 @@ class RunDir:
                 "hparams": None if hparams is None else
                 {k: np.asarray(v, np.float32).tolist() for k, v in hparams.items()},
                 "resumed": []}
+        if sweep is not None:
+            info["sweep"] = sweep
         _write_atomic(path / "config.yaml", config.to_yaml())
         _write_atomic(path / "run.json", json.dumps(info, indent=2) + "\n")
         run = cls(path, config, key, info)
@@ -201,6 +215,15 @@ class RunDir:
         run.resuming = True
         return run
 
+    def wandb_id(self) -> str:
+        """The id of this run's W&B run (`train.wandb`), made and kept in run.json at first use."""
+        if not self.info.get("wandb_id"):
+            from rmtjax.loggers import new_run_id
+
+            self.info["wandb_id"] = new_run_id()
+            _write_atomic(self.path / "run.json", json.dumps(self.info, indent=2) + "\n")
+        return self.info["wandb_id"]
+
     # -- the driver's calls ----------------------------------------------------------------
     def restore(self, like, *, set_aside: bool = True) -> Snapshot | None:
         """The newest usable checkpoint (None if none was written yet), with the state shaped
@@ -251,8 +274,8 @@ class RunDir:
             _write_atomic(self.path / "config.yaml", self.config.to_yaml())
         jsonl, csv_text = "", ""
         if history:
-            self._columns = _column_order(history)
-            jsonl, csv_text = format_rows(history, 1, self._columns)
+            self._columns = _column_order(history, cells=self.sweep is not None)
+            jsonl, csv_text = format_rows(history, 1, self._columns, self.seeds_per_cell)
             csv_text = ",".join(self._columns) + "\n" + csv_text
         _write_atomic(self.path / "metrics.jsonl", jsonl)
         _write_atomic(self.path / "metrics.csv", csv_text)
@@ -274,9 +297,9 @@ class RunDir:
         length = next(iter(chunk.values())).shape[0]
         first = done - length + 1
         if self._columns is None:
-            self._columns = _column_order(chunk)
+            self._columns = _column_order(chunk, cells=self.sweep is not None)
             safefs.append_text(self.path / "metrics.csv", ",".join(self._columns) + "\n")
-        jsonl, csv_text = format_rows(chunk, first, self._columns)
+        jsonl, csv_text = format_rows(chunk, first, self._columns, self.seeds_per_cell)
         for name, text in (("metrics.jsonl", jsonl), ("metrics.csv", csv_text)):
             safefs.append_text(self.path / name, text)
         if self._tb is not None:
@@ -295,7 +318,7 @@ class RunDir:
     def _log_tensorboard(self, chunk):
         for t in range(next(iter(chunk.values())).shape[0]):
             step = int(chunk["env_steps"][t, 0])
-            for name in self._columns[2:]:
+            for name in self._columns[len(_INDEX) if self.sweep is not None else 2:]:
                 self._tb.add_scalar(f"{name}/mean", float(np.mean(chunk[name][t])), step)
             for s, value in enumerate(chunk["episode_return"][t]):
                 self._tb.add_scalar(f"episode_return/seed_{s}", float(value), step)

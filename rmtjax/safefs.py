@@ -25,7 +25,7 @@ class UnsafePathError(OSError):
     """A path in a run directory is a link or not a regular file where one is written."""
 
 
-def write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str | bytes) -> None:
     """Replace `path` by `text` so that a reader (or a crash) sees the old file or the new one.
     The new text goes to a fresh temporary file beside `path` (random name, created
     exclusively, so a planted file or link of that name is never opened) and is renamed over
@@ -33,7 +33,7 @@ def write_atomic(path: Path, text: str) -> None:
     path = Path(path)
     fd, tmp = _create_exclusive(path)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with (os.fdopen(fd, "wb") if isinstance(text, bytes) else os.fdopen(fd, "w", encoding="utf-8")) as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())

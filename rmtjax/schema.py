@@ -136,3 +136,42 @@ class Section:
             out[f.name] = list(v) if isinstance(v, tuple) else (dict(v) if isinstance(v, dict) else v)
         return out
 
+
+
+def type_name(typ: Any) -> str:
+    """How a field's annotation reads in a listing: int, float, bool, str, list of int, mapping."""
+    origin = typing.get_origin(typ)
+    if origin is tuple:
+        return f"list of {type_name(typing.get_args(typ)[0])}"
+    if origin is dict or typ is dict:
+        return "mapping"
+    return getattr(typ, "__name__", str(typ))
+
+
+def allowed(meta: Mapping[str, Any], typ: Any) -> str:
+    """A field's allowed values as text: its choices, its range, or '' when any value of its type is."""
+    if meta.get("choices") is not None:
+        return "one of " + ", ".join(str(c) for c in meta["choices"])
+    lo, hi = meta.get("lo"), meta.get("hi")
+    if lo is None and hi is None:
+        return ""
+    left = "(" if meta.get("lo_open") else "["
+    right = ")" if meta.get("hi_open") else "]"
+    hi_text = "inf" if hi is None else hi
+    if hi is None and (typ is int or typing.get_args(typ)[:1] == (int,)):
+        hi_text = f"{INT_MAX}"
+    return f"{left}{'-inf' if lo is None else lo}, {hi_text}{right}"
+
+
+def describe(cls: type, prefix: str | None = None) -> list[dict]:
+    """One entry per field of the section `cls`: `name` (dotted), `type`, `default`, `allowed`
+    (choices or range, '' when any value of the type is) and `doc`."""
+    prefix = cls.section_name() if prefix is None else prefix
+    hints = typing.get_type_hints(cls)
+    rows = []
+    for f in dataclasses.fields(cls):
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        default = list(default) if isinstance(default, tuple) else default
+        rows.append({"name": f"{prefix}.{f.name}", "type": type_name(hints[f.name]), "default": default,
+                     "allowed": allowed(f.metadata, hints[f.name]), "doc": f.metadata.get("doc", "")})
+    return rows

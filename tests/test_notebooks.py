@@ -1,7 +1,7 @@
 """The notebooks run top to bottom, headless, and show what they say they show.
 
 Each notebook ends with a cell tagged `result` that prints one JSON line; the tests execute the
-notebook with nbclient (in a fresh kernel, from the notebooks/ folder) and check those values and
+notebook with nbclient (in a fresh kernel, from the rmtjax/notebooks/ folder) and check those values and
 that the plots were drawn.
 """
 
@@ -16,7 +16,7 @@ nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 pytest.importorskip("matplotlib")
 
-NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "rmtjax" / "notebooks"
 pytestmark = pytest.mark.slow
 
 

@@ -11,6 +11,13 @@ An id without a prefix is a gymnax id (`CartPole-v1`, `Breakout-MinAtar`, ...). 
 An adapter is a module with `has(name) -> bool`, `names() -> list[str]` and
 `make(name, env_cfg) -> VecEnv`; its package is imported only when an id with its prefix is
 used, so a missing optional extra costs nothing until then.
+
+An environment of your own with gymnax's interface (e.g. a subclass of
+`gymnax.environments.environment.Environment`) is trained by registering it under an id:
+`register_env("MyEnv-v0", MyEnv)` (a class or factory called with no arguments, or an instance),
+then `make_config("ppo", "MyEnv-v0")` — or `make_config("ppo", MyEnv())`, which registers the
+instance under its class name. The config holds only the id: a process that reads back or
+resumes such a run registers the env first.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from rmtjax.envs.imports import allow_import, allowed_imports
 from rmtjax.envs.vec import EnvSpec, VecEnv, VecEnvState, episode_metrics, final_return
 
 __all__ = ["Adapter", "EnvSpec", "VecEnv", "VecEnvState", "adapter_prefixes", "allow_import", "allowed_imports",
-           "available_envs", "check_env_id", "env_spec", "episode_metrics", "final_return", "is_host_env", "make_env",
+           "available_envs", "check_env_id", "default_env_params", "register_env", "registered_envs", "env_spec", "episode_metrics", "final_return", "is_host_env", "make_env",
            "split_id"]
 
 # Ids that gymnax registers but that need a data download at construction; not offered here.
@@ -43,6 +50,65 @@ _ADAPTERS = {
     "gymnasium": Adapter("rmtjax.envs.gymnasium_env", "gymnasium", "pip install 'gymnasium>=1.1'", True),
     "brax": Adapter("rmtjax.envs.brax_env", "brax", "pip install 'rmtjax[brax]'", False),
 }
+
+
+# ids registered by the user (`register_env`): id -> a function giving (env, default params)
+_CUSTOM: dict = {}
+
+
+def register_env(env_id: str, env) -> str:
+    """Make the gymnax-style environment `env` trainable under the id `env_id` (no prefix, not a
+    gymnax id). `env` is an instance, or a class or factory called with no arguments; its
+    parameters are its `default_params` (`env.params.<name>` overrides their fields). An id
+    registered again is replaced. Returns the id."""
+    from rmtjax.schema import ConfigError
+
+    if not isinstance(env_id, str) or not env_id or ":" in env_id or env_id.strip() != env_id:
+        raise ConfigError(f"register_env: {env_id!r} is not a usable id: give a name without ':' or spaces at "
+                          f"its ends, e.g. 'MyEnv-v0' (':' marks another suite's prefix)")
+    if env_id in _gymnax_ids():
+        raise ConfigError(f"register_env: {env_id!r} is a gymnax id already; choose another name")
+    if isinstance(env, type) or not hasattr(env, "step"):
+        if not callable(env):
+            raise ConfigError(f"register_env({env_id!r}, ...): expected an environment with gymnax's interface "
+                              f"(reset, step, action_space, default_params), its class or a factory; got "
+                              f"{type(env).__name__}")
+        factory = env
+    else:
+        factory = lambda: env  # noqa: E731
+    _CUSTOM[env_id] = factory
+    for key in [k for k in _SPECS if k[0] == env_id]:  # specs of an env registered before under this id
+        del _SPECS[key]
+    return env_id
+
+
+def registered_envs() -> list[str]:
+    """The ids registered with `register_env`."""
+    return sorted(_CUSTOM)
+
+
+def _custom_env(env_id: str):
+    """(env, default params) of a registered id."""
+    from rmtjax.schema import ConfigError
+
+    made = _CUSTOM[env_id]()
+    env = made[0] if isinstance(made, tuple) else made
+    params = made[1] if isinstance(made, tuple) else getattr(env, "default_params", None)
+    for method in ("reset", "step", "action_space"):
+        if not callable(getattr(env, method, None)):
+            raise ConfigError(f"env.id: the environment registered as {env_id!r} ({type(env).__name__}) has no "
+                              f"{method}(); it needs gymnax's interface: reset(key, params), step(key, state, "
+                              f"action, params), action_space(params), default_params")
+    return env, params
+
+
+def default_env_params(env_id: str):
+    """The default parameters of a gymnax or registered environment (no prefix)."""
+    if env_id in _CUSTOM:
+        return _custom_env(env_id)[1]
+    import gymnax
+
+    return gymnax.make(env_id)[1]
 
 
 def adapter_prefixes() -> list[str]:
@@ -85,8 +151,9 @@ def check_env_id(env_id: str) -> None:
     prefix, name = split_id(env_id)
     if prefix is None:
         ids = _gymnax_ids()
-        if env_id in ids:
+        if env_id in ids or env_id in _CUSTOM:
             return
+        ids = ids + registered_envs()
         hint = ""
         try:  # an id that only gymnasium has, given without its prefix
             from rmtjax.envs import gymnasium_env
@@ -112,9 +179,9 @@ def is_host_env(env_id: str) -> bool:
 
 
 def available_envs(adapters: bool = True) -> list[str]:
-    """Every gymnax id, then (with `adapters`) the prefixed ids of each adapter whose package
+    """Every gymnax id and registered id (`register_env`), then (with `adapters`) the prefixed ids of each adapter whose package
     is installed. Importing an adapter's package can be slow (brax: seconds)."""
-    ids = _gymnax_ids()
+    ids = _gymnax_ids() + registered_envs()
     if adapters:
         for prefix, adapter in sorted(_ADAPTERS.items()):
             try:
@@ -137,7 +204,7 @@ def make_env(env_cfg) -> VecEnv:
     import gymnax
     import jax.numpy as jnp
 
-    env, params = gymnax.make(env_cfg.id)
+    env, params = _custom_env(env_cfg.id) if env_cfg.id in _CUSTOM else gymnax.make(env_cfg.id)
     if env_cfg.params:
         checked = check_env_params(env_cfg.id, params, env_cfg.params)
         params = params.replace(**{k: jnp.asarray(v, jnp.asarray(getattr(params, k)).dtype) if isinstance(v, list) else v

@@ -215,12 +215,10 @@ def check_meta(config) -> CurriculumConfig:
                 raise ConfigError(f"{path}.env: env parameters in a curriculum are supported for gymnax "
                                   f"environments only; {config.env.id!r} keeps its parameters in its own "
                                   f"(host or brax) code. Not yet supported; leave {path}.env out.")
-            import gymnax
-
-            from rmtjax.envs import check_env_params
+            from rmtjax.envs import check_env_params, default_env_params
 
             try:
-                checked = check_env_params(config.env.id, gymnax.make(config.env.id)[1], stage["env"])
+                checked = check_env_params(config.env.id, default_env_params(config.env.id), stage["env"])
             except ConfigError as e:
                 raise ConfigError(str(e).replace("env.params.", f"{path}.env.", 1)) from None
             stage = {**stage, "env": checked}

@@ -1,9 +1,12 @@
 """Jumanji environments (`jumanji:<id>`, e.g. `jumanji:Snake-v1`, `jumanji:Game2048-v1`).
 
 Jumanji's `step(state, action) -> (state, timestep)` does not reset; a timestep of type
-`LAST` ends an episode: with discount 0 it is a termination, with discount 1 a truncation
-(the env's own `time_limit`). This adapter keeps the two apart and resets from the step's key
-the moment an episode ends.
+`LAST` ends an episode: with discount 0 it is a termination, with discount 1 a truncation.
+This adapter reports what jumanji reports and resets from the step's key the moment an episode
+ends. Note that most jumanji envs (Snake among them) end an episode at their `time_limit`
+with discount 0 — a termination, not a truncation, so agents do not bootstrap through it (their
+observations usually hold the step count, which makes the limit part of the task); only
+envs that call jumanji's `truncation` (LevelBasedForaging) report truncations.
 
 Jumanji observations are structures (a grid, a step count, an action mask, ...). The agents
 here take one array, so every field is flattened to float32 and concatenated, in the

@@ -7,9 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 
 
-def rollout(env, steps, key, action_key=jax.random.key(1)):
+def rollout(env, steps, key, action_key=jax.random.key(1), after_reset=None):
     """Reset from `key`, then `steps` random actions in one jitted scan. Returns the first
-    observation, the numpy trajectory (with each step's key) and the last state."""
+    observation, the numpy trajectory (with each step's key) and the last state.
+    `after_reset(inner) -> inner` may change the batch of suite states after the reset."""
 
     def body(carry, k):
         obs, state = carry
@@ -24,6 +25,8 @@ def rollout(env, steps, key, action_key=jax.random.key(1)):
     @jax.jit
     def run(key):
         obs, state = env.reset(key)
+        if after_reset is not None:
+            state = state.replace(inner=after_reset(state.inner))
         (_, state), traj = jax.lax.scan(body, (obs, state), jax.random.split(action_key, steps))
         return obs, traj, state
 
@@ -31,18 +34,21 @@ def rollout(env, steps, key, action_key=jax.random.key(1)):
     return np.asarray(obs0), jax.device_get(traj), state
 
 
-def replay(key, num_envs, traj, reset, step):
+def replay(key, num_envs, traj, reset, step, after_reset=None):
     """The rollout's episodes through the suite's own functions, one env at a time.
 
     `reset(key) -> (obs, suite_state)` and `step(key, suite_state, action) -> (obs, suite_state,
     reward, terminated, truncated)` are the suite's own calls (jitted by the caller). The keys
     are the adapter's: env `e` resets from `split(key, N)[e]`; at step `t` it steps with the first
-    and resets with the second half of `split(split(step_key_t, N)[e])`.
+    and resets with the second half of `split(split(step_key_t, N)[e])`. `after_reset(e, s) -> s`
+    changes env `e`'s first state as the rollout's `after_reset` changed it.
     """
     out = {k: np.zeros_like(traj[k]) for k in ("next_obs", "final_obs", "raw_reward", "term", "trunc")}
     first = []
     for e in range(num_envs):
         obs, s = reset(jax.random.split(key, num_envs)[e])
+        if after_reset is not None:
+            s = after_reset(e, s)
         first.append(np.asarray(obs))
         for t in range(traj["action"].shape[0]):
             k_step, k_reset = jax.random.split(jax.random.split(jax.random.wrap_key_data(traj["key"][t]), num_envs)[e])

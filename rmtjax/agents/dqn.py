@@ -48,7 +48,8 @@ class DQNConfig(Section):
     max_grad_norm: float = param(10.0, lo=0.0, doc="global-norm gradient clip; 0: no clipping")
     hidden: tuple[int, ...] = param((128, 128), lo=1)
     activation: str = param("relu", choices=("relu", "tanh", "gelu", "silu", "elu"))
-    torso: str = param("mlp", choices=("mlp", "cnn"))
+    torso: str = param("mlp", choices=("mlp", "cnn", "nature_cnn"), doc="mlp, cnn (the MinAtar CNN) or nature_cnn "
+                                                                        "(Mnih et al. 2015; give hidden: [512])")
     eps_start: float = param(1.0, lo=0.0, hi=1.0)
     eps_end: float = param(0.05, lo=0.0, hi=1.0)
     eps_decay_frac: float = param(0.5, lo=0.0, hi=1.0, lo_open=True)

@@ -27,6 +27,7 @@ from rmtjax.agents.base import Agent, hparam_metrics
 from rmtjax.envs import VecEnvState, episode_metrics
 from rmtjax.guard import lr_in_force, with_lr
 from rmtjax.networks import ActorNet, CriticNet, per_dtype
+from rmtjax.networks.actor_critic import PPO_TORSOS
 from rmtjax.networks.distributions import gaussian_entropy, gaussian_log_prob
 from rmtjax.precision import PrecisionState, Step, ema, summarize
 from rmtjax.protocol import Learner, Signals, hparam
@@ -48,11 +49,20 @@ class PPOConfig(Section):
     max_grad_norm: float = param(0.5, lo=0.0, lo_open=True, doc="global-norm gradient clip (initial; see "
                                                                 "precision.clip_decay_to)")
     normalize_advantages: bool = param(True, doc="normalise advantages per minibatch (over all devices' shares)")
-    hidden: tuple[int, ...] = param((64, 64), lo=1, doc="hidden layer widths of actor and critic")
+    hidden: tuple[int, ...] = param((64, 64), lo=1, doc="hidden layer widths of actor and critic (after the "
+                                                        "convolutions with torso: nature_cnn)")
+    torso: str = param("mlp", choices=PPO_TORSOS, doc="mlp, or nature_cnn: Mnih et al. 2015's three convolutions "
+                                                      "before the dense layers, one stack each in the actor and the "
+                                                      "critic (image observations; give hidden: [512])")
     activation: str = param("tanh", choices=("tanh", "relu", "gelu", "silu", "elu"))
     init_log_std: float = param(0.0, lo=-5.0, hi=2.0, doc="continuous actions: initial log std")
 
     def validate_with(self, env, train):
+        if self.torso == "nature_cnn":
+            from rmtjax.envs import env_spec
+            from rmtjax.networks import check_image_torso
+
+            check_image_torso(self.torso, env_spec(env).obs_shape, env.id)
         batch = env.num_envs * self.rollout_len
         if batch % self.num_minibatches:
             raise ConfigError(f"agent.num_minibatches: {self.num_minibatches} must divide env.num_envs × "
@@ -97,8 +107,8 @@ class PPO(Agent):
         out_dim = int(np.prod(spec.action_shape)) if self.continuous else spec.num_actions
         # one module per compute dtype (same float32 parameters); `actor`/`critic` are the float32 ones
         self.actors = per_dtype(lambda dt: ActorNet(c.hidden, c.activation, out_dim, self.continuous,
-                                                    c.init_log_std, dt), self.precision.dtypes)
-        self.critics = per_dtype(lambda dt: CriticNet(c.hidden, c.activation, dt), self.precision.dtypes)
+                                                    c.init_log_std, dt, c.torso), self.precision.dtypes)
+        self.critics = per_dtype(lambda dt: CriticNet(c.hidden, c.activation, dt, c.torso), self.precision.dtypes)
         self.actor, self.critic = self.actors[jnp.dtype(jnp.float32)], self.critics[jnp.dtype(jnp.float32)]
         # the clip is the guard's; the lr is injected each iteration (the annealing)
         self.tx = self.guarded(optax.inject_hyperparams(lambda learning_rate: optax.adam(learning_rate, eps=1e-5))(

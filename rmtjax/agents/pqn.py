@@ -66,9 +66,11 @@ class PQNConfig(Section):
                                                                   "precision.clip_decay_to)")
     optimizer: str = param("radam", choices=tuple(OPTIMIZERS), doc="optax optimiser (PQN's reference uses "
                                                                    "RAdam)")
-    torso: str = param("mlp", choices=("mlp", "cnn"), doc="mlp: dense layers of widths `hidden`; cnn: the "
-                                                          "MinAtar CNN (image observations) with one dense "
-                                                          "layer of width hidden[0]")
+    torso: str = param("mlp", choices=("mlp", "cnn", "nature_cnn"), doc="mlp: dense layers of widths `hidden`; cnn: "
+                                                                        "the MinAtar CNN (image observations) with one "
+                                                                        "dense layer of width hidden[0]; nature_cnn: "
+                                                                        "Mnih et al. 2015's convolutions, then dense "
+                                                                        "layers of widths `hidden` ([512])")
     hidden: tuple[int, ...] = param((128, 128), lo=1, doc="mlp: hidden widths; cnn: one width, of the dense "
                                                           "layer after the convolution")
     activation: str = param("relu", choices=("relu", "tanh", "gelu", "silu", "elu"), doc="hidden activation")
@@ -94,9 +96,9 @@ class PQNConfig(Section):
         if train.total_steps < batch:
             raise ConfigError(f"train.total_steps: {train.total_steps} is less than one iteration "
                               f"(env.num_envs × agent.rollout_len = {batch})")
-        if self.torso == "cnn" and len(spec.obs_shape) != 3:
-            raise ConfigError(f"agent.torso: 'cnn' needs image observations [H, W, C]; {env.id}'s have shape "
-                              f"{list(spec.obs_shape)}. Use torso: mlp")
+        from rmtjax.networks import check_image_torso
+
+        check_image_torso(self.torso, spec.obs_shape, env.id)
 
 
 @struct.dataclass

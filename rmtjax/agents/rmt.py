@@ -86,8 +86,11 @@ class RMTConfig(Section):
     max_grad_norm: float = param(0.5, lo=0.0, doc="global-norm gradient clip (initial; see precision.clip_decay_to); "
                                                   "0: no clipping")
     # network
-    torso: str = param("fractal", choices=TORSOS)
-    hidden: tuple[int, ...] = param((128, 128), lo=1, doc="MLP widths, or (width,) × blocks for fractal/residual")
+    torso: str = param("fractal", choices=TORSOS, doc="mlp, fractal, residual, cnn (the MinAtar CNN) or nature_cnn "
+                                                       "(Mnih et al. 2015's three convolutions, then dense layers "
+                                                       "of widths `hidden`: [512] in the paper)")
+    hidden: tuple[int, ...] = param((128, 128), lo=1, doc="MLP widths, or (width,) × blocks for fractal/residual, "
+                                                          "or the dense widths after nature_cnn's convolutions")
     activation: str = param("relu", choices=("relu", "tanh", "gelu", "silu", "elu"))
     layer_norm: bool = param(True)
     dueling: bool = param(True)
@@ -144,11 +147,11 @@ class RMTConfig(Section):
                               f"transitions (env.num_envs × agent.rollout_len)")
         if train.total_steps < per_iter:
             raise ConfigError(f"train.total_steps: {train.total_steps} is less than one iteration ({per_iter})")
-        if self.torso == "cnn":
+        if self.torso in ("cnn", "nature_cnn"):
             from rmtjax.envs import env_spec
+            from rmtjax.networks import check_image_torso
 
-            if len(env_spec(env).obs_shape) != 3:
-                raise ConfigError("agent.torso: 'cnn' needs image observations [H, W, C]; this env's are not")
+            check_image_torso(self.torso, env_spec(env).obs_shape, env.id)
         if self.demonstrations:
             for flag in ("normalize_obs", "normalize_reward"):
                 if getattr(env, flag):

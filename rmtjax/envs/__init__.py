@@ -7,6 +7,17 @@ An id without a prefix is a gymnax id (`CartPole-v1`, `Breakout-MinAtar`, ...). 
 |--------------|-------------------------------|----------------------------------------|
 | `gymnasium:` | on the host, via a callback   | gymnasium (installed with rmtjax); Box2D envs: `rmtjax[box2d]` |
 | `brax:`      | in JAX, vmapped like gymnax   | `rmtjax[brax]`                         |
+| `playground:`| in JAX (MJX), vmapped         | `rmtjax[playground]`                   |
+| `craftax:`   | in JAX, vmapped               | `rmtjax[craftax]`                      |
+| `navix:`     | in JAX, vmapped               | `rmtjax[navix]`                        |
+| `jumanji:`   | in JAX, vmapped               | `rmtjax[jumanji]`                      |
+| `xminigrid:` | in JAX, vmapped               | `rmtjax[xminigrid]`                    |
+| `atari:`     | on the host (ale-py through the gymnasium adapter) | `rmtjax[atari]`   |
+
+The pure-JAX suites other than brax share `rmtjax.envs.functional.SuiteEnv` (one way to keep
+termination and truncation apart and to auto-reset). Every adapter's env may offer
+`render(state) -> uint8 [H, W, 3]` for one environment's state; `VecEnv.render(state, index)`
+is the one entry point.
 
 An adapter is a module with `has(name) -> bool`, `names() -> list[str]` and
 `make(name, env_cfg) -> VecEnv`; its package is imported only when an id with its prefix is
@@ -49,6 +60,13 @@ class Adapter:
 _ADAPTERS = {
     "gymnasium": Adapter("rmtjax.envs.gymnasium_env", "gymnasium", "pip install 'gymnasium>=1.1'", True),
     "brax": Adapter("rmtjax.envs.brax_env", "brax", "pip install 'rmtjax[brax]'", False),
+    "playground": Adapter("rmtjax.envs.playground_env", "mujoco_playground", "pip install 'rmtjax[playground]'",
+                          False),
+    "craftax": Adapter("rmtjax.envs.craftax_env", "craftax", "pip install 'rmtjax[craftax]'", False),
+    "navix": Adapter("rmtjax.envs.navix_env", "navix", "pip install 'rmtjax[navix]'", False),
+    "jumanji": Adapter("rmtjax.envs.jumanji_env", "jumanji", "pip install 'rmtjax[jumanji]'", False),
+    "xminigrid": Adapter("rmtjax.envs.xminigrid_env", "xminigrid", "pip install 'rmtjax[xminigrid]'", False),
+    "atari": Adapter("rmtjax.envs.atari_env", "ale_py", "pip install 'rmtjax[atari]'", True),
 }
 
 

@@ -57,16 +57,21 @@ class GymnasiumEnv:
 
     batched = True  # VecEnv calls reset/step on the whole batch instead of vmapping them
 
-    def __init__(self, name: str, num_envs: int, kwargs: dict | None = None, vectorization: str = "sync"):
+    def __init__(self, name: str, num_envs: int, kwargs: dict | None = None, vectorization: str = "sync",
+                 wrappers: tuple = (), label: str | None = None):
         import gymnasium as gym
 
         if vectorization not in VECTORIZATION_MODES:
             raise ValueError(f"vectorization must be one of {VECTORIZATION_MODES}, got {vectorization!r}")
         self.name = name
+        self.label = label or f"gymnasium:{name}"  # the id as the user wrote it, for messages
         self.num_envs = num_envs
         self.kwargs = dict(kwargs or {})
         self.vectorization = vectorization
+        self.wrappers = tuple(wrappers)  # applied to each env after gymnasium.make (picklable, for async)
         probe = gym.make(name, **self.kwargs)
+        for wrap in self.wrappers:
+            probe = wrap(probe)
         try:
             self._obs_space = probe.observation_space
             self._action_space = probe.action_space
@@ -113,6 +118,26 @@ class GymnasiumEnv:
             state.generation, state.step, action)
         return obs, HostToken(generation, step), reward, terminated, truncated, {"final_observation": final}
 
+    def render_index(self, token: HostToken, index: int) -> np.ndarray:
+        """The current frame of host environment `index` (of the whole host batch: seed `s`
+        owns `s·N … s·N+N-1`), uint8 [H, W, 3]. `token` is the JAX state's token, checked to
+        be the host env's latest (a host env can draw only where it is now). Needs an env made
+        with `render_mode="rgb_array"` (`env.params.render_mode: rgb_array`; the atari: adapter
+        sets it)."""
+        from rmtjax.envs.functional import as_uint8_frame
+
+        generation, step = np.asarray(token.generation).reshape(-1), np.asarray(token.step).reshape(-1)
+        if self._vec is None:
+            raise RuntimeError(f"{self.label}: render before any reset")
+        if np.any(generation != self._generation) or np.any(step != self._steps):
+            raise RuntimeError(f"{self.label}: render of a stale state; a host env draws only its latest state")
+        if not 0 <= index < self._size:
+            raise IndexError(f"{self.label}: env index {index} is outside the host batch of {self._size}")
+        if self.kwargs.get("render_mode") != "rgb_array":
+            raise NotImplementedError(f"{self.label}: made without render_mode='rgb_array'; set "
+                                      f"env.params.render_mode: rgb_array to draw frames")
+        return as_uint8_frame(self._vec.call("render")[index])
+
     def close(self):
         if self._vec is not None:
             self._vec.close()
@@ -126,7 +151,7 @@ class GymnasiumEnv:
         if self.vectorization == "async":
             vector_kwargs["context"] = "spawn"  # forking a process that runs JAX's thread pools can deadlock
         return gym.make_vec(self.name, num_envs=size, vectorization_mode=self.vectorization,
-                            vector_kwargs=vector_kwargs, **self.kwargs)
+                            vector_kwargs=vector_kwargs, wrappers=self.wrappers or None, **self.kwargs)
 
     def _host_reset(self, seeds):
         seeds = np.asarray(seeds)
@@ -142,13 +167,13 @@ class GymnasiumEnv:
     def _host_step(self, generation, step, action):
         generation, step = np.asarray(generation), np.asarray(step)
         if self._vec is None:
-            raise RuntimeError(f"gymnasium:{self.name}: stepped before any reset")
+            raise RuntimeError(f"{self.label}: stepped before any reset")
         if generation.shape[0] != self._size:
-            raise RuntimeError(f"gymnasium:{self.name}: a step for {generation.shape[0]} environments reached a "
+            raise RuntimeError(f"{self.label}: a step for {generation.shape[0]} environments reached a "
                                f"host vector env of {self._size}; reset with the same batching as you step")
         if np.any(generation != self._generation) or np.any(step != self._steps):
             raise RuntimeError(
-                f"gymnasium:{self.name}: stepped from a stale state (reset #{generation.max()}, step {step.max()}) "
+                f"{self.label}: stepped from a stale state (reset #{generation.max()}, step {step.max()}) "
                 f"while the host env is at reset #{self._generation}, step {self._steps}. A host environment only "
                 f"moves forward: step each state once, in order, and do not run two programs on one env at a time.")
         action = np.asarray(action)

@@ -265,6 +265,27 @@ class VecEnv:
         return out_obs, state, reward, terminated, truncated, info
 
 
+    def render(self, state: VecEnvState, index: int = 0) -> np.ndarray:
+        """The frame of environment `index` of the batch, uint8 [H, W, 3], drawn on the host.
+
+        `state` is this VecEnv's state, batched [num_envs] (for a training run's state, which is
+        batched over seeds too, pick a seed first: `jax.tree.map(lambda x: x[s], state)`; a
+        host env's batch holds every seed, seed `s` owning `s·N … s·N+N-1`). Raises
+        `NotImplementedError` when the suite offers no frames (gymnax ids, brax).
+        """
+        if self.batched:
+            draw = getattr(self.env, "render_index", None)
+            if draw is None:
+                raise NotImplementedError(f"{type(self.env).__name__}: no frames to render")
+            return draw(state.inner, index)
+        draw = getattr(self.env, "render", None)
+        if draw is None:
+            raise NotImplementedError(f"{self.cfg.id}: this suite offers no frames to render")
+        if not 0 <= index < self.num_envs:
+            raise IndexError(f"env index {index} is outside the batch of {self.num_envs}")
+        return draw(jax.tree.map(lambda x: x[index], state.inner))
+
+
 def episode_metrics(before: VecEnvState, after: VecEnvState) -> dict:
     """Scalars for one iteration: `episode_return` is the mean over envs of each env's most
     recently completed episode (0 until one completes; never NaN), `episode_count` the

@@ -6,17 +6,19 @@ import jax.numpy as jnp
 from rmtjax.networks.actor_critic import ActorNet, CriticNet, QNet, TanhGaussianActor
 from rmtjax.networks.heads import PerDimQHead, QHead, QNetwork
 from rmtjax.networks.init import orthogonal
-from rmtjax.networks.torsos import MLP, FractalBlock, FractalTorso, MinAtarCNN, ResidualMLP, activation_fn
+from rmtjax.networks.torsos import MLP, FractalBlock, FractalTorso, MinAtarCNN, NatureCNN, ResidualMLP, activation_fn, \
+    check_image_torso
 
-TORSOS = ("mlp", "fractal", "residual", "cnn")
+TORSOS = ("mlp", "fractal", "residual", "cnn", "nature_cnn")
 
-__all__ = ["MLP", "ActorNet", "CriticNet", "FractalBlock", "FractalTorso", "MinAtarCNN", "PerDimQHead", "QHead",
-           "QNet", "QNetwork", "ResidualMLP", "TORSOS", "TanhGaussianActor", "activation_fn", "make_torso",
+__all__ = ["MLP", "ActorNet", "CriticNet", "FractalBlock", "FractalTorso", "MinAtarCNN", "NatureCNN", "PerDimQHead", "QHead",
+           "QNet", "QNetwork", "ResidualMLP", "TORSOS", "TanhGaussianActor", "activation_fn", "check_image_torso", "make_torso",
            "orthogonal", "per_dtype"]
 
 
 def make_torso(kind: str, hidden, activation: str, layer_norm: bool, dtype, cnn_channels: int = 16):
-    """A torso by name; `hidden` gives the widths (MLP) or `(width,) * num_blocks` (fractal, residual)."""
+    """A torso by name; `hidden` gives the widths (MLP; the dense layers after the Nature CNN's
+    convolutions), `(width,) * num_blocks` (fractal, residual) or the MinAtar CNN's one width."""
     if kind == "mlp":
         return MLP(tuple(hidden), activation, layer_norm, dtype)
     if kind == "fractal":
@@ -25,6 +27,8 @@ def make_torso(kind: str, hidden, activation: str, layer_norm: bool, dtype, cnn_
         return ResidualMLP(hidden[0], len(hidden), activation, layer_norm, dtype)
     if kind == "cnn":
         return MinAtarCNN(cnn_channels, hidden[0], activation, dtype, layer_norm)
+    if kind == "nature_cnn":
+        return NatureCNN(tuple(hidden), activation, dtype, layer_norm)
     raise ValueError(f"unknown torso {kind!r}; choose one of {TORSOS}")
 
 

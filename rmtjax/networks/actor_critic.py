@@ -9,7 +9,14 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from rmtjax.networks.init import orthogonal
-from rmtjax.networks.torsos import MLP
+from rmtjax.networks.torsos import MLP, NatureCNN
+
+PPO_TORSOS = ("mlp", "nature_cnn")
+
+
+def _torso(kind: str, hidden, activation: str, dtype):
+    """mlp: dense layers of widths `hidden`; nature_cnn: the Nature DQN convolutions, then `hidden`."""
+    return NatureCNN(tuple(hidden), activation, dtype) if kind == "nature_cnn" else MLP(hidden, activation, dtype=dtype)
 
 
 class ActorNet(nn.Module):
@@ -22,10 +29,11 @@ class ActorNet(nn.Module):
     continuous: bool
     init_log_std: float
     dtype: Any = jnp.float32  # compute dtype; parameters and outputs are float32
+    torso: str = "mlp"  # one of PPO_TORSOS
 
     @nn.compact
     def __call__(self, obs):
-        x = MLP(self.hidden, self.activation, dtype=self.dtype)(obs)
+        x = _torso(self.torso, self.hidden, self.activation, self.dtype)(obs)
         out = nn.Dense(self.out_dim, kernel_init=orthogonal(0.01), dtype=self.dtype)(x)
         out = out.astype(jnp.float32)
         if self.continuous:
@@ -40,10 +48,11 @@ class CriticNet(nn.Module):
     hidden: tuple
     activation: str
     dtype: Any = jnp.float32  # compute dtype; parameters and output are float32
+    torso: str = "mlp"  # one of PPO_TORSOS
 
     @nn.compact
     def __call__(self, obs):
-        x = MLP(self.hidden, self.activation, dtype=self.dtype)(obs)
+        x = _torso(self.torso, self.hidden, self.activation, self.dtype)(obs)
         return nn.Dense(1, kernel_init=orthogonal(1.0), dtype=self.dtype)(x)[:, 0].astype(jnp.float32)
 
 

@@ -131,3 +131,53 @@ class MinAtarCNN(nn.Module):
             x = nn.LayerNorm(dtype=self.dtype)(x)
         x = act(x).reshape((x.shape[0], -1))
         return _layer(x, self.width, act, self.layer_norm, self.dtype)
+
+
+NATURE_MIN_SIZE = 36  # the smallest height/width the three unpadded convolutions leave ≥ 1 position of
+
+
+class NatureCNN(nn.Module):
+    """The DQN network of Mnih et al. (2015, Nature) up to its last hidden layer: 32 filters
+    8×8 stride 4, 64 4×4 stride 2, 64 3×3 stride 1 (unpadded, each followed by the activation),
+    then one dense layer per width in `hidden` ([512] in the paper): [B, H, W, C] -> [B, hidden[-1]].
+
+    uint8 inputs are pixels and are divided by 255 (so an Atari frame stack enters in [0, 1]);
+    other dtypes are used as they are. `layer_norm` puts a LayerNorm before every activation
+    (over the channels of each position after a convolution), as PQN's network has.
+    """
+
+    hidden: Sequence[int] = (512,)
+    activation: str = "relu"
+    dtype: jnp.dtype = jnp.float32
+    layer_norm: bool = False
+
+    @nn.compact
+    def __call__(self, x):
+        act = activation_fn(self.activation)
+        x = x.astype(self.dtype) / 255.0 if x.dtype == jnp.uint8 else x.astype(self.dtype)
+        for features, kernel, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
+            x = nn.Conv(features, (kernel, kernel), strides=(stride, stride), padding="VALID", dtype=self.dtype,
+                        kernel_init=orthogonal(np.sqrt(2)))(x)
+            if self.layer_norm:
+                x = nn.LayerNorm(dtype=self.dtype)(x)
+            x = act(x)
+        x = x.reshape((x.shape[0], -1))
+        for width in self.hidden:
+            x = _layer(x, width, act, self.layer_norm, self.dtype)
+        return x
+
+
+def check_image_torso(torso: str, obs_shape, env_id: str) -> None:
+    """The `ConfigError` for a CNN torso on observations it cannot take (not [H, W, C], or, for
+    the Nature CNN, smaller than 36 × 36)."""
+    from rmtjax.schema import ConfigError
+
+    if torso not in ("cnn", "nature_cnn"):
+        return
+    if len(obs_shape) != 3:
+        raise ConfigError(f"agent.torso: {torso!r} needs image observations [H, W, C]; {env_id}'s have shape "
+                          f"{list(obs_shape)}. Use torso: mlp")
+    if torso == "nature_cnn" and min(obs_shape[:2]) < NATURE_MIN_SIZE:
+        raise ConfigError(f"agent.torso: 'nature_cnn' needs images of at least {NATURE_MIN_SIZE}×{NATURE_MIN_SIZE} "
+                          f"(its unpadded 8×8/4, 4×4/2, 3×3/1 convolutions); {env_id}'s are "
+                          f"{obs_shape[0]}×{obs_shape[1]}. Use torso: cnn (the MinAtar CNN) for small grids")

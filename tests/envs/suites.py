@@ -34,6 +34,19 @@ def rollout(env, steps, key, action_key=jax.random.key(1), after_reset=None):
     return np.asarray(obs0), jax.device_get(traj), state
 
 
+def assert_steps_match(traj, ref, **tolerance):
+    """The adapter's observations (after a step and at an episode's end) and raw rewards equal the
+    suite's own, within `tolerance` (keywords of `np.testing.assert_allclose`)."""
+    for k in ("next_obs", "final_obs", "raw_reward"):
+        np.testing.assert_allclose(traj[k], ref[k], err_msg=k, **tolerance)
+
+
+def assert_ends_match(traj, ref):
+    """Terminations and truncations equal the suite's own, each flagged on its own step."""
+    np.testing.assert_array_equal(traj["term"], ref["term"])
+    np.testing.assert_array_equal(traj["trunc"], ref["trunc"])
+
+
 def replay(key, num_envs, traj, reset, step, after_reset=None):
     """The rollout's episodes through the suite's own functions, one env at a time.
 

@@ -14,7 +14,7 @@ import rmtjax  # noqa: E402
 from rmtjax.config import ConfigError, EnvConfig  # noqa: E402
 from rmtjax.envs import make_env  # noqa: E402
 
-from .suites import episode_recount, replay, rollout  # noqa: E402
+from .suites import assert_steps_match, episode_recount, replay, rollout  # noqa: E402
 
 LIMIT = 10  # DM Control tasks end only at their time limit (1000 steps); a short one here
 
@@ -43,8 +43,7 @@ def test_steps_match_playground_run_by_hand(cartpole):
     env, obs0, traj, _, ref_obs0, ref = cartpole
     assert env.spec.obs_shape == (5,) and env.spec.action_shape == (1,) and env.spec.max_episode_steps == LIMIT
     np.testing.assert_allclose(obs0, ref_obs0, rtol=1e-5, atol=1e-6)
-    for k in ("next_obs", "final_obs", "raw_reward"):
-        np.testing.assert_allclose(traj[k], ref[k], rtol=1e-4, atol=1e-5, err_msg=k)
+    assert_steps_match(traj, ref, rtol=1e-4, atol=1e-5)
     assert np.all((traj["raw_reward"] > 0) & (traj["raw_reward"] <= 1))  # dm_control rewards are in [0, 1]
 
 

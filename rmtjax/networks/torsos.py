@@ -30,6 +30,16 @@ def _flat(x, dtype):
     return x.reshape((x.shape[0], -1)).astype(dtype)
 
 
+def _conv_layer(x, features, kernel, stride, act, layer_norm, dtype):
+    """unpadded conv -> (LayerNorm over each position's channels) -> activation; called inside a
+    compact module, so its layers take the module's automatic names."""
+    x = nn.Conv(features, (kernel, kernel), strides=(stride, stride), padding="VALID", dtype=dtype,
+                kernel_init=orthogonal(np.sqrt(2)))(x)
+    if layer_norm:
+        x = nn.LayerNorm(dtype=dtype)(x)
+    return act(x)
+
+
 def _layer(h, width, act, layer_norm, dtype, norm_name=None):
     """dense -> (LayerNorm) -> activation; called inside a compact module, so its layers
     take the module's automatic names (or `norm_name` for the norm)."""
@@ -124,12 +134,8 @@ class MinAtarCNN(nn.Module):
     @nn.compact
     def __call__(self, x):
         act = activation_fn(self.activation)
-        x = x.astype(self.dtype)
-        x = nn.Conv(self.channels, (3, 3), padding="VALID", dtype=self.dtype,
-                    kernel_init=orthogonal(np.sqrt(2)))(x)
-        if self.layer_norm:
-            x = nn.LayerNorm(dtype=self.dtype)(x)
-        x = act(x).reshape((x.shape[0], -1))
+        x = _conv_layer(x.astype(self.dtype), self.channels, 3, 1, act, self.layer_norm, self.dtype)
+        x = x.reshape((x.shape[0], -1))
         return _layer(x, self.width, act, self.layer_norm, self.dtype)
 
 
@@ -156,11 +162,7 @@ class NatureCNN(nn.Module):
         act = activation_fn(self.activation)
         x = x.astype(self.dtype) / 255.0 if x.dtype == jnp.uint8 else x.astype(self.dtype)
         for features, kernel, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
-            x = nn.Conv(features, (kernel, kernel), strides=(stride, stride), padding="VALID", dtype=self.dtype,
-                        kernel_init=orthogonal(np.sqrt(2)))(x)
-            if self.layer_norm:
-                x = nn.LayerNorm(dtype=self.dtype)(x)
-            x = act(x)
+            x = _conv_layer(x, features, kernel, stride, act, self.layer_norm, self.dtype)
         x = x.reshape((x.shape[0], -1))
         for width in self.hidden:
             x = _layer(x, width, act, self.layer_norm, self.dtype)

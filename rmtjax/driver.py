@@ -217,6 +217,10 @@ def make_train(config: Config) -> Callable:
     """
     cache.enable()
     program = Program(config)
+    if program.agent.between_chunks(1) is not None:
+        raise ConfigError(f"make_train: {config.algo} with these settings works on the host between compiled chunks "
+                          f"(agent.replay: hierarchical moves replay items across device, host and disk), so the run "
+                          f"cannot be one function; use rmtjax.train")
     program.preflight()
     return program.whole()
 
@@ -309,7 +313,12 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=No
     config = program.config
     agent, sharded = program.agent, program.sharded  # sharded: None on one device
     n_iter = agent.num_iterations
+    # host-side work between chunks (the hierarchical replay's moves), None for most agents
+    between = agent.between_chunks(config.train.num_seeds * cells, None if run is None else run.path,
+                                   seed=int(np.asarray(jax.random.key_data(key)).ravel()[-1]))
     n_chunks = min(config.train.num_chunks, n_iter)
+    if between is not None and between.max_iterations:
+        n_chunks = max(n_chunks, math.ceil(n_iter / between.max_iterations))
     chunk_len = math.ceil(n_iter / n_chunks)
     show = config.train.progress if progress is None else progress
 
@@ -323,6 +332,7 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=No
     if run is not None:
         # Checkpoints sit at chunk boundaries and the chunk is deterministic, so continuing
         # from one reproduces the uninterrupted run exactly.
+        run.between = between
         snap = run.restore(fresh)
         if snap is not None:
             state, done = snap.state, snap.iterations
@@ -350,6 +360,9 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=No
         length = min(chunk_len, n_iter - done)
         state, metrics = chunk(state, np.int32(done), np.int32(length))
         metrics = {k: v[:length] for k, v in jax.device_get(metrics).items()}
+        if between is not None:
+            state, moved = between.after_chunk(state)  # per seed, at the chunk's end: one row each
+            metrics.update({k: np.broadcast_to(np.asarray(v), (length,) + np.shape(v)).copy() for k, v in moved.items()})
         chunks.append(metrics)
         done += length
         watch.after_chunk(state, chunks)

@@ -107,6 +107,28 @@ class Learner:
 
 
 @runtime_checkable
+class BetweenChunks(Protocol):
+    """Work an agent does on the host between two compiled chunks (optional: an agent's
+    `between_chunks(seeds, run_dir, seed)` returns one or None). The hierarchical replay
+    (`rmtjax.replay.hierarchical.Levels`) is one: it moves items between device, host RAM and
+    disk. The driver ends a chunk at least every `max_iterations` iterations (None: no bound),
+    calls `after_chunk(state) -> (state, metrics)` (metrics: name -> [seeds] numpy arrays, logged
+    on every iteration of the chunk), and `save(directory, iteration)` / `prune(directory, keep)`
+    / `restore(directory, iteration, like_state)` with each checkpoint, so a resumed run goes
+    on exactly."""
+
+    max_iterations: int | None
+
+    def after_chunk(self, state) -> tuple[Any, dict]: ...
+
+    def save(self, directory, iteration: int) -> None: ...
+
+    def prune(self, directory, keep: list[int]) -> None: ...
+
+    def restore(self, directory, iteration: int, like_state) -> None: ...
+
+
+@runtime_checkable
 class AgentProtocol(Protocol):
     """What the shared layers call. `Config` is the agent's config section (`rmtjax.schema.
     Section`) and `HParams` its hyperparameters (fields from `hparam`)."""

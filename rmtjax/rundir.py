@@ -114,6 +114,9 @@ def format_rows(chunk: dict[str, np.ndarray], first_iteration: int, columns: lis
     return "".join(line + "\n" for line in jsonl), buf.getvalue()
 
 
+LEVELS_DIR = "replay_levels"  # the hierarchical replay's host and disk levels at each checkpoint
+
+
 class RunDir:
     """One run directory, opened by the driver for a new run (`create`), a resumed one
     (`resume`), or only to read it (`open`)."""
@@ -135,6 +138,9 @@ class RunDir:
         # a sweep (`rmtjax.sweep`): {"grid": {field: values}, "seeds": seeds per cell}, else None
         self.sweep = info.get("sweep")
         self.seeds_per_cell = None if self.sweep is None else int(self.sweep["seeds"])
+        # the agent's host-side state between chunks (rmtjax.protocol.BetweenChunks; the hierarchical
+        # replay's host and disk levels), saved beside each checkpoint in LEVELS_DIR; set by the driver
+        self.between = None
 
     # -- opening ------------------------------------------------------------------------
     @classmethod
@@ -233,6 +239,8 @@ class RunDir:
         try:
             self._check_config_unchanged(ckpt.saved_config())
             snap = ckpt.restore(like)
+            if snap is not None and self.between is not None:
+                self.between.restore(self.path / LEVELS_DIR, snap.iterations, snap.state)
             if snap is not None and snap.skipped and set_aside:
                 moved = ckpt.set_aside([s for s, _ in snap.skipped], self.path / "unusable_checkpoints")
                 warnings.warn(f"moved {len(moved)} unusable checkpoint(s) to {self.path / 'unusable_checkpoints'}",
@@ -308,6 +316,9 @@ class RunDir:
             stacked = {k: np.concatenate([c[k] for c in history], axis=0) for k in chunk}
             try:
                 self.checkpoints.save(state, stacked, done, chunks_done, config=self.config.to_dict())
+                if self.between is not None:
+                    self.between.save(self.path / LEVELS_DIR, done)
+                    self.between.prune(self.path / LEVELS_DIR, self.checkpoints.steps())
             except Exception as e:  # a full disk, a vanished directory: orbax raises many kinds
                 kept = [s for s in self.checkpoints.steps() if s != done]
                 last = f"the checkpoint at iteration {max(kept)} is kept" if kept else "no earlier checkpoint exists"

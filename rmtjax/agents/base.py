@@ -128,6 +128,10 @@ class Agent:
                 raise ConfigError(f"agent.{name}: {getattr(config.agent, name)} must be a multiple of "
                                   f"distributed.devices ({devices}): each device holds an equal share")
 
+    def between_chunks(self, seeds: int, run_dir=None, seed: int = 0):
+        """Host-side work between compiled chunks (`rmtjax.protocol.BetweenChunks`), or None."""
+        return None
+
     def signals(self, metrics) -> Signals:
         raise NotImplementedError(f"{type(self).__name__}.signals: the meta-controller needs it")
 

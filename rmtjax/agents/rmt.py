@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -53,7 +54,8 @@ from rmtjax.precision import PrecisionState, Step, ema, finite_abs, summarize
 from rmtjax.protocol import Learner, Signals, hparam
 from rmtjax.schema import ConfigError, Section, param
 from rmtjax.tracing import trace_once, zeros
-from rmtjax.replay import demonstrations, make_replay
+from rmtjax.replay import demonstrations, make_replay, tiered
+from rmtjax.replay.hierarchical import HierarchicalReplay, Levels
 
 # RMSProp as the MinAtar paper's DQN ran it (PyTorch's centered RMSprop, eps added outside the root)
 RMSPROP = {"decay": 0.95, "eps": 0.01, "centered": True, "eps_in_sqrt": False}
@@ -96,12 +98,27 @@ class RMTConfig(Section):
     dueling: bool = param(True)
     bins: int = param(11, lo=2, hi=1001, doc="continuous actions: values per action dimension")
     # replay
-    replay: str = param("tiered", choices=("tiered", "uniform", "prioritized"))
+    replay: str = param("tiered", choices=("tiered", "uniform", "prioritized", "hierarchical"),
+                        doc="hierarchical: the tiered buffer on the device as a cache over host-RAM and disk levels "
+                            "(rmtjax.replay.hierarchical; the options below)")
     tier_fractions: tuple[float, ...] = param((0.01, 0.1, 0.89), lo=0.0, hi=1.0,
                                               doc="hot/warm/cold shares of the capacity: the tier thresholds track "
                                                   "the matching quantiles of |TD error|")
     tier_proportions: tuple[float, ...] = param((0.25, 0.35, 0.4), lo=0.0, hi=1.0, doc="hot/warm/cold sampling shares")
     priority_alpha: float = param(0.6, lo=0.0, hi=1.0, doc="prioritized replay exponent")
+    device_fraction: float = param(0.1, lo=0.0, hi=1.0, lo_open=True, doc="hierarchical: share of buffer_size held "
+                                                                           "on the device (the tiered buffer)")
+    disk_fraction: float = param(0.0, lo=0.0, hi=1.0, doc="hierarchical: share of buffer_size held on disk "
+                                                          "(memory-mapped files); host RAM holds the rest")
+    disk_dir: str = param("", doc="hierarchical: directory of the disk level's files; '' for the run directory's "
+                                  "replay_disk/ (a temporary directory without a run directory)")
+    sync_every: int = param(100, lo=1, doc="hierarchical: iterations between moves across levels (the driver's "
+                                           "chunks are at most this long)")
+    refresh_share: float = param(0.25, lo=0.0, hi=1.0, doc="hierarchical: share of the device's cold tier replaced "
+                                                           "at each move by lower-level items drawn by priority")
+    priority: str = param("|td|^0.6 + 0.01", doc="hierarchical: priority of an item from its last |TD error| `td` "
+                                                 "(numbers, + - * / ^, |...|, sqrt, log, log1p, exp, min, max)")
+    replay_warmup: int = param(0, lo=0, doc="hierarchical: items the lower levels hold before refreshes begin")
     beta_start: float = param(0.4, lo=0.0, hi=1.0, doc="importance-weight exponent, annealed to 1")
     # exploration
     exploration: str = param("eps_boltzmann", choices=("eps_boltzmann", "eps_greedy"))
@@ -147,6 +164,8 @@ class RMTConfig(Section):
                               f"transitions (env.num_envs × agent.rollout_len)")
         if train.total_steps < per_iter:
             raise ConfigError(f"train.total_steps: {train.total_steps} is less than one iteration ({per_iter})")
+        if self.replay == "hierarchical":
+            self._validate_levels(per_iter)
         if self.torso in ("cnn", "nature_cnn"):
             from rmtjax.envs import env_spec
             from rmtjax.networks import check_image_torso
@@ -158,6 +177,32 @@ class RMTConfig(Section):
                     raise ConfigError(f"agent.demonstrations: env.{flag} is on; demonstrations hold raw observations "
                                       f"and rewards, which running statistics would not match")
             load_demonstrations(self, env)
+
+
+    def level_capacities(self) -> tuple[int, int, int]:
+        """hierarchical: (device, host, disk) capacities in items."""
+        disk = int(round(self.disk_fraction * self.buffer_size))
+        return int(round(self.device_fraction * self.buffer_size)), self.buffer_size - disk, disk
+
+    def _validate_levels(self, per_iter: int) -> None:
+        from rmtjax.replay.hierarchical import priority_function
+
+        device, host, disk = self.level_capacities()
+        if device < per_iter:
+            raise ConfigError(f"agent.device_fraction: {self.device_fraction} of agent.buffer_size {self.buffer_size} "
+                              f"is {device} items on the device, less than one iteration's {per_iter} transitions")
+        try:
+            tiered.tier_capacities(device, self.tier_fractions)
+        except ValueError as e:
+            raise ConfigError(f"agent.device_fraction: the device level of {device} items cannot be tiered: {e}") from None
+        if self.batch_size > device:
+            raise ConfigError(f"agent.batch_size: {self.batch_size} exceeds the device level's {device} items "
+                              f"(agent.device_fraction × agent.buffer_size)")
+        if host < self.sync_every * per_iter:
+            raise ConfigError(f"agent.disk_fraction: the host level's {host} items cannot take the "
+                              f"{self.sync_every * per_iter} transitions of agent.sync_every={self.sync_every} "
+                              f"iterations; lower disk_fraction or sync_every")
+        priority_function(self.priority)
 
 
 def load_demonstrations(cfg: RMTConfig, env_cfg) -> dict[str, np.ndarray]:
@@ -258,10 +303,21 @@ class RMT(Agent):
         # this device's share of each minibatch and of the replay capacity (all of it on one device)
         self.local_batch = c.batch_size // self.shards
         self.local_envs = config.env.num_envs // self.shards
-        self.replay = make_replay(c.replay, capacity=c.buffer_size // self.shards, fractions=c.tier_fractions,
-                                  proportions=c.tier_proportions, alpha=c.priority_alpha)
+        if c.replay == "hierarchical":
+            self.replay = HierarchicalReplay(c.level_capacities()[0], c.tier_fractions, c.tier_proportions,
+                                             outbox=c.sync_every * self.steps_per_iteration)
+        else:
+            self.replay = make_replay(c.replay, capacity=c.buffer_size // self.shards, fractions=c.tier_fractions,
+                                      proportions=c.tier_proportions, alpha=c.priority_alpha)
         self.demos = self._demo_transitions(load_demonstrations(c, config.env)) if c.demonstrations else None
         self.max_demo_rows = math.ceil(max(c.demo_share, c.demo_share_end) * self.local_batch)
+
+    @classmethod
+    def check_devices(cls, config, devices: int) -> None:
+        super().check_devices(config, devices)
+        if cls.settings(config.agent).replay == "hierarchical":
+            raise ConfigError("agent.replay: hierarchical moves items between a device and the host of one process; "
+                              "it does not run on several devices yet (set distributed.devices: 1 or use tiered)")
 
     @staticmethod
     def settings(agent_cfg) -> RMTConfig:
@@ -271,6 +327,18 @@ class RMT(Agent):
     @property
     def steps_per_iteration(self) -> int:
         return self.config.env.num_envs * self.cfg.rollout_len
+
+    def between_chunks(self, seeds: int, run_dir=None, seed: int = 0):
+        """agent.replay: hierarchical: the host and disk levels the driver syncs between chunks."""
+        c = self.cfg
+        if c.replay != "hierarchical":
+            return None
+        device, host, disk = c.level_capacities()
+        caps = tiered.tier_capacities(device, c.tier_fractions)
+        disk_dir = c.disk_dir or (None if run_dir is None else Path(run_dir) / "replay_disk")
+        return Levels(seeds=seeds, host_capacity=host, disk_capacity=disk, cold_rows=(caps[0] + caps[1], caps[2]),
+                      refresh_share=c.refresh_share, warmup=c.replay_warmup, priority=c.priority,
+                      disk_dir=disk_dir if disk else None, seed=seed, max_iterations=c.sync_every)
 
     @property
     def initial_env_steps(self) -> int:

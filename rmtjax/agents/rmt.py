@@ -202,6 +202,9 @@ class RMTConfig(Section):
             raise ConfigError(f"agent.disk_fraction: the host level's {host} items cannot take the "
                               f"{self.sync_every * per_iter} transitions of agent.sync_every={self.sync_every} "
                               f"iterations; lower disk_fraction or sync_every")
+        if self.replay_warmup > self.buffer_size:
+            raise ConfigError(f"agent.replay_warmup: {self.replay_warmup} items exceed the lower levels' capacity "
+                              f"(agent.buffer_size {self.buffer_size}), so refreshes would never begin")
         priority_function(self.priority)
 
 

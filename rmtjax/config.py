@@ -31,13 +31,15 @@ class EnvConfig(Section):
 
     _section = "env"
     id: str = param("CartPole-v1", doc="environment id: a gymnax id such as CartPole-v1, or prefix:name for "
-                                        "another suite, e.g. gymnasium:LunarLander-v3 or brax:ant")
+                                        "another suite: gymnasium:, atari:, brax:, playground:, craftax:, navix:, "
+                                        "jumanji:, xminigrid: (e.g. gymnasium:LunarLander-v3, brax:ant)")
     num_envs: int = param(4, lo=1, doc="environments stepped in parallel per seed")
     params: dict = param({}, doc="the environment's own parameters: gymnax EnvParams overrides; for "
                                  "gymnasium: ids, keyword arguments of gymnasium.make; for brax: ids, "
-                                 "max_steps_in_episode and keyword arguments of brax.envs.get_environment")
+                                 "max_steps_in_episode and keyword arguments of brax.envs.get_environment; "
+                                 "for the other suites see the README's section on each")
     host_vectorization: str = param("sync", choices=("sync", "async"),
-                                    doc="gymnasium: ids only: step the host envs in this process (sync) or "
+                                    doc="gymnasium: and atari: ids only: step the host envs in this process (sync) or "
                                         "in worker processes (async)")
     normalize_obs: bool = param(False, doc="normalise observations by running mean/variance")
     obs_norm_window: int = param(0, lo=0, doc="0: statistics over the whole run; N: over the last N steps")
@@ -54,7 +56,7 @@ class EnvConfig(Section):
         check_env_id(self.id)
         if self.host_vectorization != "sync" and not is_host_env(self.id):
             raise ConfigError(f"env.host_vectorization: {self.host_vectorization!r} applies only to environments "
-                              f"run on the host (gymnasium:<id>); {self.id!r} runs in JAX. Leave it at 'sync'.")
+                              f"run on the host (gymnasium:<id>, atari:<game>); {self.id!r} runs in JAX. Leave it at 'sync'.")
         if self.params and ":" not in self.id:
             from rmtjax.envs import check_env_params, default_env_params
 

@@ -314,7 +314,7 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=No
     agent, sharded = program.agent, program.sharded  # sharded: None on one device
     n_iter = agent.num_iterations
     # host-side work between chunks (the hierarchical replay's moves), None for most agents
-    between = agent.between_chunks(config.train.num_seeds * cells, None if run is None else run.path,
+    between = agent.between_chunks(config.train.num_seeds, None if run is None else run.path,
                                    seed=int(np.asarray(jax.random.key_data(key)).ravel()[-1]))
     n_chunks = min(config.train.num_chunks, n_iter)
     if between is not None and between.max_iterations:

@@ -147,8 +147,21 @@ def check_train_fits(config, agent, init, hparams=None, shapes=None) -> float:
     """Raise `MemoryLimitError` when the state of the run `config` describes cannot fit on one
     device; returns the estimate in bytes. Traces `init` abstractly: milliseconds to a second,
     nothing compiled or allocated. `shapes`: one device's state shapes when they are traced
-    elsewhere (under the mesh of a run on several devices, `ShardedRun.local_state_shapes`)."""
-    parts = _parts(state_shapes(config, init, hparams) if shapes is None else shapes)
+    elsewhere (under the mesh of a run on several devices, `ShardedRun.local_state_shapes`).
+    An agent that keeps part of its state in host RAM between chunks (the hierarchical replay's
+    host level: `host_bytes(shapes)` of its `between_chunks`) has that part checked too: on a CPU
+    with the device state, else against the host's available memory alone."""
+    if shapes is None:
+        shapes = state_shapes(config, init, hparams)
+    parts = _parts(shapes)
+    between = agent.between_chunks(config.train.num_seeds)
+    host = between.host_bytes(shapes) if between is not None and hasattr(between, "host_bytes") else 0.0
+    if host and jax.local_devices()[0].platform == "cpu":
+        parts["replay host level"] = host
+    elif host:
+        _refuse_if_too_big({"replay host level": host}, config.train.num_seeds, "training's host RAM",
+                           "lower agent.buffer_size or raise agent.disk_fraction", "the replay's host level",
+                           memory=(_host_available(), "available host memory"))
     rollout = _rollout_bytes(config, agent)
     if rollout:
         parts["rollout observations"] = rollout
@@ -156,7 +169,8 @@ def check_train_fits(config, agent, init, hparams=None, shapes=None) -> float:
     if activations:
         parts["activations of one update"] = activations
     _refuse_if_too_big(parts, config.train.num_seeds, "training",
-                       "lower train.num_seeds, env.num_envs, agent.buffer_size or agent.hidden")
+                       "lower train.num_seeds, env.num_envs, agent.buffer_size or agent.hidden"
+                       + (" (or raise agent.disk_fraction)" if host else ""))
     return sum(parts.values())
 
 
@@ -171,9 +185,9 @@ def check_eval_fits(config, params, env, episodes: int) -> float:
 
 
 def _refuse_if_too_big(parts: dict[str, float], seeds: int, what: str, advice: str,
-                       scope: str = "its state and one update") -> None:
+                       scope: str = "its state and one update", memory=None) -> None:
     total = sum(parts.values())
-    memory, source = device_memory()
+    memory, source = device_memory() if memory is None else memory
     if total <= memory:
         return
     biggest = sorted(parts.items(), key=lambda kv: -kv[1])[:3]

@@ -193,10 +193,7 @@ class Levels:
         self.refresh_rows = int(math.floor(refresh_share * self.cold_capacity))
         self.warmup, self.priority_text, self.priority = warmup, priority, priority_function(priority)
         self.seed = seed
-        self._tmp = None
-        if disk_capacity and disk_dir is None:
-            self._tmp = tempfile.TemporaryDirectory(prefix="rmtjax-replay-")
-            disk_dir = self._tmp.name
+        self._tmp = None  # a temporary directory for the disk level without a run directory, made when first used
         self.disk_dir = None if disk_dir is None else Path(disk_dir)
         self.fields = None  # [(path, shape, dtype)] of the item's leaves, set at the first sync
         self.syncs = 0
@@ -214,11 +211,22 @@ class Levels:
         self.host = [np.zeros((self.seeds, self.host_capacity) + s, d) for s, d in self.fields]
         self.disk = []
         if self.disk_capacity:
+            if self.disk_dir is None:
+                self._tmp = tempfile.TemporaryDirectory(prefix="rmtjax-replay-")
+                self.disk_dir = Path(self._tmp.name)
             self.disk_dir.mkdir(parents=True, exist_ok=True)
             for i, (s, d) in enumerate(self.fields):
                 path = self.disk_dir / f"leaf{i}.dat"
                 self.disk.append(np.lib.format.open_memmap(path, mode="w+", dtype=d,
                                                            shape=(self.seeds, self.disk_capacity) + s))
+
+    def host_bytes(self, shapes) -> float:
+        """Host RAM of the host level for a batched state of these `shapes` (items, priorities)."""
+        from rmtjax.limits import tree_bytes
+
+        items = shapes.replay.outbox["item"]
+        per_item = tree_bytes(items) / max(self.seeds * shapes.replay.outbox["td"].shape[-1], 1)
+        return float(self.seeds * self.host_capacity * (per_item + 4) + self.seeds * self.disk_capacity * 4)
 
     # -- where an item is, from its sequence number ------------------------------------------
     def _seq_of_uid(self, uid: np.ndarray) -> np.ndarray:

@@ -218,3 +218,15 @@ def test_the_device_level_is_the_configured_share_and_the_rest_is_checked():
     with pytest.raises(ConfigError, match="several devices"):
         small(**{"distributed.devices": 2})
     assert tiered.tier_capacities(200, (0.05, 0.15, 0.8)) == (10, 30, 160)
+
+
+def test_a_host_level_that_cannot_fit_is_refused_before_compiling(monkeypatch):
+    from rmtjax.limits import MemoryLimitError
+
+    monkeypatch.setenv("RMTJAX_MEMORY_LIMIT", "2e8")
+    cfg = small(**{"agent.buffer_size": 10_000_000, "agent.device_fraction": 0.01, "agent.disk_fraction": 0.0})
+    with pytest.raises(MemoryLimitError, match=r"largest parts: replay host level [0-9.]+ GB.*agent.disk_fraction"):
+        rmtjax.train(cfg, jax.random.key(0))
+    from rmtjax.driver import Program
+
+    Program(small()).preflight()  # the test's usual run fits

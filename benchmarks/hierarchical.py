@@ -44,9 +44,11 @@ def variant_overrides(name: str, args) -> dict:
     if name == "small":
         return {"agent.replay": "tiered", "agent.buffer_size": int(round(args.device_fraction * args.capacity))}
     if name == "hierarchical":
+        from rmtjax.config import parse_override
+
         return {"agent.replay": "hierarchical", "agent.buffer_size": args.capacity,
                 "agent.device_fraction": args.device_fraction, "agent.disk_fraction": args.disk_fraction,
-                "agent.sync_every": args.sync_every}
+                "agent.sync_every": args.sync_every, **dict(parse_override(s) for s in args.set)}
     raise SystemExit(f"unknown variant {name!r}: tiered, hierarchical or small")
 
 
@@ -65,6 +67,8 @@ def main(argv=None):
     ap.add_argument("--sync-every", type=int, default=25)
     ap.add_argument("--variants", nargs="+", default=["hierarchical", "tiered", "small"])
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="an override for the hierarchical variant, e.g. agent.priority=1 (repeatable)")
     ap.add_argument("--name", default=None)
     ap.add_argument("--note", default="", help="a line for the results file (e.g. the machine's load)")
     args = ap.parse_args(argv)
@@ -93,7 +97,8 @@ def main(argv=None):
             extra = f"{hit:.3f}", f"{move_s:.1f}"
         else:
             lower, extra = "—", ("—", "—")
-        rows.append([variant, str(cfg.agent.buffer_size), f"{iqm:.2f} [{lo:.2f}, {hi:.2f}]",
+        label = variant + "".join(f", {s}" for s in args.set) if variant == "hierarchical" else variant
+        rows.append([label, str(cfg.agent.buffer_size), f"{iqm:.2f} [{lo:.2f}, {hi:.2f}]",
                      " ".join(f"{x:.1f}" for x in score), mib(device_bytes), lower, *extra,
                      f"{r.env_steps * args.seeds / r.run_seconds:,.0f}", f"{wall:.0f}"])
         curves[variant] = m["episode_return"]

@@ -276,7 +276,8 @@ def parse_override(text: str) -> tuple[str, Any]:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
-    if isinstance(value, str):  # YAML 1.1 reads 3e-4 (no dot) as a string
+    quoted = raw.strip()[:1] in ("'", '"')  # agent.priority='1': a string, as written
+    if isinstance(value, str) and not quoted:  # YAML 1.1 reads 3e-4 (no dot) as a string
         try:
             value = float(value)
         except ValueError:

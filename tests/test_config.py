@@ -118,6 +118,8 @@ def test_unknown_env_param_is_reported_when_the_config_is_built():
 
 def test_parse_override_reads_yaml_values():
     assert parse_override("agent.lr=3e-4") == ("agent.lr", 3e-4)
+    assert parse_override("agent.priority='1'") == ("agent.priority", "1")  # quoted: a string, as written
+    assert parse_override("agent.priority=1") == ("agent.priority", 1)
     assert parse_override("agent.hidden=[32, 32]") == ("agent.hidden", [32, 32])
     assert parse_override("agent.anneal_lr=false") == ("agent.anneal_lr", False)
     with pytest.raises(ConfigError, match="expected key=value"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -172,6 +173,9 @@ def build(suite) -> str:
     else:
         meas, reading = "not measured (the throughput section was not run)", "—"
     rows.append(["Training is faster than a PyTorch baseline", meas, reading, cmd + " (throughput section)"])
+    row = transfer_row()
+    if row is not None:
+        rows.append(row)
 
     lines = ["# Claims of the design, and what was measured", ""] + suite.header("")[2:] + [
         "| claim | measured | reading | command |", "|---|---|---|---|"]
@@ -181,6 +185,45 @@ def build(suite) -> str:
               "the claims were made at, and the intervals of a few seeds are wide. `--full` measures the same "
               "with 16 seeds and 100k-1M env steps."]
     return "\n".join(lines) + "\n"
+
+
+TRANSFER_CLAIM = ("Transfer to a related task (frozen feature extractor, progressive unfreezing, a KL term to the "
+                  "source policy) adapts 4–8× faster than training from scratch")
+
+
+def transfer_row(results=None) -> list[str] | None:
+    """The transfer claim's row from the runs `benchmarks.transfer` saved (results/transfer_*.npz:
+    each variant's per-seed env steps to the threshold), or None when there are none. Read, not
+    rerun: the suite's budgets are too small for it."""
+    from benchmarks.common import RESULTS
+    from benchmarks.transfer import ratio_ci
+
+    parts, ratios = [], []
+    for path in sorted(Path(results or RESULTS).glob("transfer_*.npz")):
+        with np.load(path) as z:
+            reach = {k[len("reach "):]: z[k] for k in z.files if k.startswith("reach ")}
+            censored = int(z["scratch_censored"]) if "scratch_censored" in z.files else 0
+        scratch = reach.pop("from scratch (preset)", None)
+        if scratch is None:
+            continue
+        cells = []
+        for name, steps in reach.items():
+            r, lo, hi = ratio_ci(scratch, steps)
+            ratios.append((r, lo, hi))
+            cells.append(f"{name.removeprefix('init_from, ')} {r:.1f}× [{lo:.1f}, {hi:.1f}]")
+        note = f" (lower bounds: {censored} scratch seeds never reached it)" if censored else ""
+        parts.append(f"{path.stem}{note}: " + "; ".join(cells))
+    if not parts:
+        return None
+    inside = [x for x in ratios if x[1] >= 4.0 and x[2] <= 8.0]
+    above = [x for x in ratios if x[1] > 8.0]
+    below = [x for x in ratios if x[2] < 4.0]
+    reading = (f"of {len(ratios)} transferred variants, {len(above)} faster than 8× and {len(inside)} within 4–8× "
+               f"(whole 95% interval), {len(below)} below 4×; see the files for which")
+    measured = ("IQM env steps to the threshold, scratch ÷ transferred, 95% bootstrap interval, 8 seeds: "
+                + " — ".join(parts))
+    return [TRANSFER_CLAIM, measured, reading,
+            "`python -m benchmarks.transfer --task cartpole\|acrobot --seeds 8` (results/transfer_*.md)"]
 
 
 def discovery_row(suite, command: str) -> list[str]:

@@ -7,8 +7,10 @@
    preset's budget by default), `--seeds` seeds vmapped, key 1000 (not the compared runs' key).
 2. Zero-shot: the source's greedy return on the target env (20 episodes per seed), so the table
    shows how much adaptation the target needs.
-3. The comparison on the target env (changed physics), `--seeds` seeds vmapped, key 0, `--steps`
-   env steps each: from scratch (the preset), and from the source (`init_from`: seed k from
+3. The comparison on the target env (changed physics), `--seeds` seeds vmapped, key 0: from
+   scratch (the preset, `--scratch-steps`, longer than the transferred runs' budget so that its
+   steps to the threshold are measured rather than cut off), and, `--steps` env steps each, from
+   the source (`init_from`: seed k from
    source seed k) with everything trained, with the torso frozen, with the torso released layer
    by layer (progressive), and with a KL penalty to the source policy.
 
@@ -23,8 +25,9 @@ times as long (`env.params.length` 2.0 and `polemass_length` 0.2: the same pole 
 where the source's greedy policy fails (probed on 4 source seeds, 20 episodes each: it keeps 500
 with the pole twice as long, gravity 20, a cart 5× as heavy or the push halved, and drops to
 15-22 from length 1.5 on); `acrobot`: DQN (its preset solves Acrobot-v1; RMT's preset does too but runs at
-a tenth of DQN's speed on this CPU), target Acrobot-v1 with both links twice as heavy
-(`link_mass_1`, `link_mass_2` 2.0). DQN's transferred rows start ε at the preset's final 0.05 (a
+a tenth of DQN's speed on this CPU), target Acrobot-v1 with both links 1.5× as heavy
+(`link_mass_1`, `link_mass_2` 1.5; at 2.0 no variant came near −100 within 300k steps:
+`results/transfer_acrobot_mass2.md`). DQN's transferred rows start ε at the preset's final 0.05 (a
 fine-tuned policy does not need to explore from ε = 1; one row keeps the preset's schedule to
 show what that costs).
 """
@@ -41,25 +44,37 @@ import numpy as np
 import rmtjax
 from benchmarks.common import RESULTS, write_table
 from benchmarks.curves import episode_returns, smooth
-from benchmarks.demonstrations import steps_to
 from benchmarks.stats import iqm, iqm_ci
 
 TASKS = {
     "cartpole": {
-        "algo": "ppo", "env": "CartPole-v1", "threshold": 475.0, "steps": 300_032,
+        "algo": "ppo", "env": "CartPole-v1", "threshold": 475.0, "steps": 300_032, "scratch_steps": 1_000_448,
         "target": {"length": 2.0, "polemass_length": 0.2},
         "describe": "pole four times as long (length 2.0, polemass_length 0.2: the same pole mass)",
         "progressive": {"torso/Dense_1": 0.1, "torso/Dense_0": 0.2},
         "kl_coef": 0.1, "tuned_sets": {},
     },
     "acrobot": {
-        "algo": "dqn", "env": "Acrobot-v1", "threshold": -100.0, "steps": 300_000,
-        "target": {"link_mass_1": 2.0, "link_mass_2": 2.0},
-        "describe": "both links twice as heavy (link_mass_1, link_mass_2 2.0)",
+        "algo": "dqn", "env": "Acrobot-v1", "threshold": -100.0, "steps": 300_000, "scratch_steps": 500_000,
+        "target": {"link_mass_1": 1.5, "link_mass_2": 1.5},
+        "describe": "both links 1.5× as heavy (link_mass_1, link_mass_2 1.5)",
         "progressive": {"torso/Dense_1": 0.1, "torso/Dense_0": 0.2},
         "kl_coef": 0.1, "tuned_sets": {"agent.eps_start": 0.05},
     },
 }
+
+
+def steps_to(result, threshold: float, start: int) -> np.ndarray:
+    """[seeds] env steps at which each seed's smoothed curve first reaches `threshold` at or after env
+    step `start` (inf: never). Before every env has finished an episode the curve is the mean
+    over the envs that have, which early on are the ones whose episodes were shortest: with a
+    good policy on Acrobot (short is good) a few fast first episodes cross the threshold at once.
+    `start` = envs × the episode time limit, by when every env has finished at least one."""
+    m = result.metrics
+    curve = smooth(episode_returns(m["episode_return"], m["episode_count"]))
+    hit = (np.nan_to_num(curve, nan=-np.inf) >= threshold) & (m["env_steps"] >= start)
+    first = np.where(hit.any(1), hit.argmax(1), -1)
+    return np.where(first >= 0, m["env_steps"][0][np.maximum(first, 0)], np.inf).astype(np.float64)
 
 
 def ratio_ci(scratch, other, reps: int = 2000, seed: int = 0):
@@ -80,11 +95,13 @@ def main(argv=None):
     ap.add_argument("--seeds", type=int, default=8)
     ap.add_argument("--steps", type=int, default=None, help="env steps per target run (default: the task's)")
     ap.add_argument("--source-steps", type=int, default=None, help="default: the preset's total_steps")
+    ap.add_argument("--scratch-steps", type=int, default=None, help="env steps of the scratch run (default: the task's)")
     ap.add_argument("--threshold", type=float, default=None)
     ap.add_argument("--name", default=None)
     args = ap.parse_args(argv)
     task = TASKS[args.task]
     steps = args.steps or task["steps"]
+    scratch_steps = args.scratch_steps or task["scratch_steps"]
     threshold = task["threshold"] if args.threshold is None else args.threshold
     algo, env = task["algo"], task["env"]
 
@@ -100,6 +117,10 @@ def main(argv=None):
     print(f"source greedy on the source env {zero_src.mean():.1f}, on the target env {zero_shot.mean():.1f}", flush=True)
 
     tuned = task["tuned_sets"]
+    from rmtjax.envs import env_spec
+
+    limit = env_spec(target.env).max_episode_steps
+    start = target.env.num_envs * limit  # every env has finished an episode by then (its time limit)
     variants = {"from scratch (preset)": ({}, False)}
     if tuned:
         variants["init_from, all trained, preset settings"] = ({}, True)
@@ -114,11 +135,15 @@ def main(argv=None):
     rows, reach_of, curves = [], {}, {}
     for name, (sets, transferred) in variants.items():
         t0 = time.perf_counter()
-        result = rmtjax.train(target.override(sets), jax.random.key(0), init_from=source if transferred else None)
+        budget = steps if transferred else scratch_steps
+        result = rmtjax.train(target.override({**sets, "train.total_steps": budget}), jax.random.key(0),
+                              init_from=source if transferred else None)
         seconds = time.perf_counter() - t0
-        reach = steps_to(result, threshold)
-        censored = np.where(np.isfinite(reach), reach, steps)
+        reach = steps_to(result, threshold, start)
+        censored = np.where(np.isfinite(reach), reach, budget)
         reach_of[name] = censored
+        if not transferred:
+            scratch_reach = reach
         m = result.metrics
         curves[name] = smooth(episode_returns(m["episode_return"], m["episode_count"]))
         curves[name + " env_steps"] = m["env_steps"][0]
@@ -129,28 +154,37 @@ def main(argv=None):
             r, rlo, rhi = ratio_ci(reach_of["from scratch (preset)"], censored)
             speed = f"{r:.2f} [{rlo:.2f}, {rhi:.2f}]"
         per_seed = " ".join(f"{x / 1000:.1f}k" if np.isfinite(x) else "–" for x in reach)
-        rows.append([name, f"{np.isfinite(reach).sum()}/{args.seeds}", f"{mid:,.0f} [{lo:,.0f}, {hi:,.0f}]", speed,
-                     per_seed, f"{np.mean(result.final_return):.1f}", f"{seconds:.0f}"])
+        rows.append([name, f"{budget:,}", f"{np.isfinite(reach).sum()}/{args.seeds}", f"{mid:,.0f} [{lo:,.0f}, {hi:,.0f}]",
+                     speed, per_seed, f"{np.mean(result.final_return):.1f}", f"{seconds:.0f}"])
         print(" | ".join(rows[-1]), flush=True)
 
-    header = [f"{algo.upper()} on {env}, target: {task['describe']}", f"seeds reaching {threshold:g}",
+    header = [f"{algo.upper()} on {env}, target: {task['describe']}", "env steps (budget)", f"seeds reaching {threshold:g}",
               "IQM env steps to it [95% CI] (censored at the budget)", "speed-up vs scratch (IQM ratio) [95% CI]",
               "per seed (– never)", "final return (mean)", "seconds"]
     notes = (f"Source: {algo} preset on {env}, {args.seeds} seeds × {source_steps:,} env steps (key 1000), final return "
              f"mean {np.mean(source.final_return):.1f}; its greedy return (20 episodes per seed) is {zero_src.mean():.1f} "
              f"on {env} and {zero_shot.mean():.1f} on the target (per seed: "
-             f"{' '.join(f'{x:.0f}' for x in zero_shot)}). Target runs: {args.seeds} seeds × {steps:,} env steps, key 0, "
-             f"the preset with the env changed; init_from maps target seed k to source seed k. Steps to the threshold: "
+             f"{' '.join(f'{x:.0f}' for x in zero_shot)}). Target runs: {args.seeds} seeds, key 0, the preset with the env "
+             f"changed and the budget in the table (the scratch run's longer, so that its steps to the threshold are "
+             f"measured; its schedules, e.g. PPO's lr annealing and DQN's ε decay, stretch with it); init_from maps "
+             f"target seed k to source seed k. Steps to the threshold: "
              f"the first env step at which a seed's training curve (its envs' last finished episode returns, trailing "
-             f"mean over 1% of the iterations) reaches it; a seed that never does counts as the budget. The speed-up "
+             f"mean over 1% of the iterations) reaches it, counted from env step {start:,} (env.num_envs × the "
+             f"{limit}-step time limit: every env has finished an episode by then; before, the curve is the mean "
+             f"of the envs whose first episodes ended first, i.e. the shortest); a seed that never does counts as "
+             f"the budget. The speed-up "
              f"is IQM(scratch) / IQM(variant) with a 95% bootstrap interval (seeds of both resampled); a variant whose "
              f"IQM is under 1 step counts as 1. Transfer settings (kl_coef, the release shares) were set once, not tuned."
+             + (f" {int((~np.isfinite(scratch_reach)).sum())} of the {args.seeds} scratch seeds never reached the "
+                f"threshold and count as {scratch_steps:,}: the speed-ups are lower bounds."
+                if not np.all(np.isfinite(scratch_reach)) else "")
              + (f" The transferred rows except the one marked 'preset settings' run with {tuned} (the preset's final "
                 f"ε from the start)." if tuned else ""))
     if args.name:
         write_table(args.name, f"Transfer on {env} ({algo}): env steps to {threshold:g} from scratch and from a source run",
                     header, rows, notes)
         np.savez_compressed(RESULTS / f"{args.name}.npz", zero_shot=zero_shot, source_final=source.final_return,
+                            scratch_censored=int((~np.isfinite(scratch_reach)).sum()),
                             **{f"reach {k}": v for k, v in reach_of.items()}, **curves)
         _plot(args.name, curves, threshold, env, task["describe"])
 

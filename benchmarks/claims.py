@@ -192,14 +192,16 @@ TRANSFER_CLAIM = ("Transfer to a related task (frozen feature extractor, progres
 
 
 def transfer_row(results=None) -> list[str] | None:
-    """The transfer claim's row from the runs `benchmarks.transfer` saved (results/transfer_*.npz:
-    each variant's per-seed env steps to the threshold), or None when there are none. Read, not
-    rerun: the suite's budgets are too small for it."""
+    """The transfer claim's row from the runs `benchmarks.transfer` saved (results/transfer_cartpole.npz,
+    transfer_acrobot.npz: each variant's per-seed env steps to the threshold), or None when there
+    are none. Read, not rerun: the suite's budgets are too small for it."""
     from benchmarks.common import RESULTS
     from benchmarks.transfer import ratio_ci
 
     parts, ratios = [], []
-    for path in sorted(Path(results or RESULTS).glob("transfer_*.npz")):
+    for path in (Path(results or RESULTS) / f"transfer_{task}.npz" for task in ("cartpole", "acrobot")):
+        if not path.exists():
+            continue
         with np.load(path) as z:
             reach = {k[len("reach "):]: z[k] for k in z.files if k.startswith("reach ")}
             censored = int(z["scratch_censored"]) if "scratch_censored" in z.files else 0

@@ -2,6 +2,7 @@
 
     python -m benchmarks.transfer --task cartpole --seeds 8 --name transfer_cartpole
     python -m benchmarks.transfer --task acrobot --seeds 8 --name transfer_acrobot
+    python -m benchmarks.transfer --task acrobot --name transfer_acrobot --reanalyse --threshold -130
 
 1. The source: the task's agent from its preset on the source env (`--source-steps`, the
    preset's budget by default), `--seeds` seeds vmapped, key 1000 (not the compared runs' key).
@@ -77,6 +78,24 @@ def steps_to(result, threshold: float, start: int) -> np.ndarray:
     return np.where(first >= 0, m["env_steps"][0][np.maximum(first, 0)], np.inf).astype(np.float64)
 
 
+def speedup_cell(scratch, scratch_budget: int, other, other_budget: int) -> str:
+    """The speed-up cell: IQM(scratch) / IQM(other) [95% CI] where both are measured; with censored
+    seeds the IQM may be a bound: a scratch IQM at its budget makes the ratio a lower bound (≥),
+    a variant's IQM at its budget an upper bound (≤), both: nothing can be said. Both are first
+    censored at the shorter budget, so that a ratio never comes from the budgets alone."""
+    horizon = min(scratch_budget, other_budget)
+    a, b = np.minimum(scratch, horizon), np.minimum(other, horizon)
+    a_cut, b_cut = iqm(a) >= horizon, iqm(b) >= horizon
+    if a_cut and b_cut:
+        return f"– (neither IQM reaches it within {horizon:,})"
+    r, lo, hi = ratio_ci(a, b)
+    if a_cut:
+        return f"≥ {r:.2f} (scratch's IQM cut at {horizon:,})"
+    if b_cut:
+        return f"≤ {r:.2f} (this IQM cut at {horizon:,})"
+    return f"{r:.2f} [{lo:.2f}, {hi:.2f}]"
+
+
 def ratio_ci(scratch, other, reps: int = 2000, seed: int = 0):
     """(IQM(scratch) / IQM(other), low, high): the seeds of each resampled independently."""
     rng = np.random.default_rng(seed)
@@ -98,8 +117,13 @@ def main(argv=None):
     ap.add_argument("--scratch-steps", type=int, default=None, help="env steps of the scratch run (default: the task's)")
     ap.add_argument("--threshold", type=float, default=None)
     ap.add_argument("--name", default=None)
+    ap.add_argument("--reanalyse", action="store_true",
+                    help="train nothing: read the curves of results/NAME.npz again at --threshold and append the "
+                         "table to results/NAME.md")
     args = ap.parse_args(argv)
     task = TASKS[args.task]
+    if args.reanalyse:
+        return reanalyse(args, task)
     steps = args.steps or task["steps"]
     scratch_steps = args.scratch_steps or task["scratch_steps"]
     threshold = task["threshold"] if args.threshold is None else args.threshold
@@ -148,11 +172,10 @@ def main(argv=None):
         curves[name] = smooth(episode_returns(m["episode_return"], m["episode_count"]))
         curves[name + " env_steps"] = m["env_steps"][0]
         mid, lo, hi = iqm_ci(censored)
-        if name == "from scratch (preset)":
+        if not transferred:
             speed = "1"
         else:
-            r, rlo, rhi = ratio_ci(reach_of["from scratch (preset)"], censored)
-            speed = f"{r:.2f} [{rlo:.2f}, {rhi:.2f}]"
+            speed = speedup_cell(reach_of["from scratch (preset)"], scratch_steps, censored, budget)
         per_seed = " ".join(f"{x / 1000:.1f}k" if np.isfinite(x) else "–" for x in reach)
         rows.append([name, f"{budget:,}", f"{np.isfinite(reach).sum()}/{args.seeds}", f"{mid:,.0f} [{lo:,.0f}, {hi:,.0f}]",
                      speed, per_seed, f"{np.mean(result.final_return):.1f}", f"{seconds:.0f}"])
@@ -173,10 +196,11 @@ def main(argv=None):
              f"{limit}-step time limit: every env has finished an episode by then; before, the curve is the mean "
              f"of the envs whose first episodes ended first, i.e. the shortest); a seed that never does counts as "
              f"the budget. The speed-up "
-             f"is IQM(scratch) / IQM(variant) with a 95% bootstrap interval (seeds of both resampled); a variant whose "
-             f"IQM is under 1 step counts as 1. Transfer settings (kl_coef, the release shares) were set once, not tuned."
+             f"is IQM(scratch) / IQM(variant) with a 95% bootstrap interval (seeds of both resampled), both censored "
+             f"at the shorter of the two budgets; where an IQM is itself cut off at that horizon the ratio is only a "
+             f"bound (≥, ≤) or nothing. Transfer settings (kl_coef, the release shares) were set once, not tuned."
              + (f" {int((~np.isfinite(scratch_reach)).sum())} of the {args.seeds} scratch seeds never reached the "
-                f"threshold and count as {scratch_steps:,}: the speed-ups are lower bounds."
+                f"threshold and count as {scratch_steps:,}."
                 if not np.all(np.isfinite(scratch_reach)) else "")
              + (f" The transferred rows except the one marked 'preset settings' run with {tuned} (the preset's final "
                 f"ε from the start)." if tuned else ""))
@@ -187,6 +211,49 @@ def main(argv=None):
                             scratch_censored=int((~np.isfinite(scratch_reach)).sum()),
                             **{f"reach {k}": v for k, v in reach_of.items()}, **curves)
         _plot(args.name, curves, threshold, env, task["describe"])
+
+
+def reanalyse(args, task):
+    """Steps to `--threshold` from the curves a run saved (the same measure as `steps_to`)."""
+    from benchmarks.common import command
+
+    if args.name is None or args.threshold is None:
+        raise SystemExit("--reanalyse needs --name and --threshold")
+    cfg = rmtjax.make_config(task["algo"], task["env"])
+    from rmtjax.envs import env_spec
+
+    start = cfg.env.num_envs * env_spec(cfg.env).max_episode_steps
+    with np.load(RESULTS / f"{args.name}.npz") as z:
+        names = [k for k in z.files if k.startswith("reach ")]
+        out, reach_of = [], {}
+        for key in names:
+            name = key[len("reach "):]
+            curve, steps = z[name], z[name + " env_steps"]
+            budget = int(steps[-1])
+            hit = (np.nan_to_num(curve, nan=-np.inf) >= args.threshold) & (steps >= start)
+            first = np.where(hit.any(1), hit.argmax(1), -1)
+            reach = np.where(first >= 0, steps[np.maximum(first, 0)], np.inf)
+            censored = np.where(np.isfinite(reach), reach, budget)
+            reach_of[name] = censored
+            mid, lo, hi = iqm_ci(censored)
+            if name == "from scratch (preset)":
+                speed, scratch_missing, scratch_budget = "1", int((~np.isfinite(reach)).sum()), budget
+            else:
+                speed = speedup_cell(reach_of["from scratch (preset)"], scratch_budget, censored, budget)
+            per_seed = " ".join(f"{x / 1000:.1f}k" if np.isfinite(x) else "–" for x in reach)
+            out.append(f"| {name} | {budget:,} | {np.isfinite(reach).sum()}/{len(reach)} | {mid:,.0f} [{lo:,.0f}, "
+                       f"{hi:,.0f}] | {speed} | {per_seed} |")
+    text = "\n".join([
+        "", f"## The same runs at threshold {args.threshold:g}", "",
+        f"- command: `{command()}` (reads results/{args.name}.npz; trains nothing)", "",
+        f"| variant | env steps (budget) | seeds reaching {args.threshold:g} | IQM env steps to it [95% CI] (censored "
+        f"at the budget) | speed-up vs scratch (IQM ratio) [95% CI] | per seed (– never) |",
+        "|---|---|---|---|---|---|", *out, ""])
+    print(text)
+    with open(RESULTS / f"{args.name}.md", "a") as f:
+        f.write(text)
+    np.savez_compressed(RESULTS / f"{args.name}_at{args.threshold:g}.npz",
+                        **{f"reach {k}": v for k, v in reach_of.items()}, scratch_censored=scratch_missing)
 
 
 def _plot(name, curves, threshold, env, describe):

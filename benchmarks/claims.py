@@ -199,11 +199,13 @@ def transfer_row(results=None) -> list[str] | None:
     from benchmarks.transfer import ratio_ci, speedup_cell
 
     parts, measured = [], []
-    for path in (Path(results or RESULTS) / f"transfer_{task}.npz" for task in ("cartpole", "acrobot")):
+    # transfer_acrobot_at-130: the Acrobot runs read again at -130 (`--reanalyse`), since none reached -100
+    for path in (Path(results or RESULTS) / f"transfer_{task}.npz" for task in ("cartpole", "acrobot", "acrobot_at-130")):
         if not path.exists():
             continue
         with np.load(path) as z:
             reach = {k[len("reach "):]: z[k] for k in z.files if k.startswith("reach ")}
+        with np.load(path.with_name(path.name.split("_at")[0].removesuffix(".npz") + ".npz")) as z:  # the curves
             budget = {k: int(z[k + " env_steps"][-1]) for k in reach}
         scratch = reach.pop("from scratch (preset)", None)
         if scratch is None:

@@ -2,6 +2,7 @@
 
     rmtjax train [CONFIG.yaml] [--algo A] [--env E] [--set key=value ...] [--run-dir DIR]
     rmtjax train --resume DIR [--set train.progress=false ...]
+    rmtjax train ... --init-from SOURCE_DIR      # start from another run's parameters (config: transfer:)
     rmtjax train ... --print-config              # print the resolved config and exit
     rmtjax eval DIR [--episodes N] [--seed S] [--max-steps N] [--video out.gif|out.mp4]
     rmtjax sweep [CONFIG.yaml] --grid agent.lr=1e-4,3e-4 [--grid ...] [--seeds N] [--run-dir DIR]
@@ -91,6 +92,7 @@ def cmd_train(args) -> int:
     args.seed = _integer(args.seed, "--seed", 0, SEED_MAX)
     _check_dir_flag(args.run_dir, "--run-dir")
     _check_dir_flag(args.resume, "--resume")
+    _check_dir_flag(args.init_from, "--init-from")
     _allow_imports(args)
     if args.print_config:  # nothing is compiled or trained
         print(_build_config(args).to_yaml(), end="")
@@ -106,10 +108,10 @@ def cmd_train(args) -> int:
     progress = False if args.quiet else None
     if args.resume:
         key = None if args.seed is None else jax.random.key(args.seed)  # None: the run's own key
-        result = train(cfg, key, progress=progress, resume=args.resume)
+        result = train(cfg, key, progress=progress, resume=args.resume, init_from=args.init_from)
     else:
         seed = cfg.train.seed if args.seed is None else args.seed
-        result = train(cfg, jax.random.key(seed), progress=progress, run_dir=args.run_dir)
+        result = train(cfg, jax.random.key(seed), progress=progress, run_dir=args.run_dir, init_from=args.init_from)
     print(result.summary())
     fr = np.array2string(result.final_return, precision=1, separator=", ")
     print(f"final return per seed: {fr}")
@@ -220,9 +222,11 @@ def cmd_config(args) -> int:
     from rmtjax.meta.config import CurriculumConfig, MetaConfig
     from rmtjax.precision import PrecisionConfig
     from rmtjax.schema import ConfigError, close_matches, describe
+    from rmtjax.transfer import TransferConfig
 
     sections = {"env": EnvConfig, "train": TrainConfig, "agent": None, "precision": PrecisionConfig,
-                "meta": MetaConfig, "curriculum": CurriculumConfig, "distributed": DistributedConfig}
+                "meta": MetaConfig, "curriculum": CurriculumConfig, "distributed": DistributedConfig,
+                "transfer": TransferConfig}
     algo = args.algo or DEFAULT_ALGO
     wanted = args.section
     if wanted in available_algos():  # `rmtjax config sac`: that algorithm's agent section
@@ -283,6 +287,10 @@ def main(argv=None) -> int:
     where = p.add_mutually_exclusive_group()
     where.add_argument("--run-dir", metavar="DIR", help="write config, metrics, checkpoints and summary into DIR")
     where.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last checkpoint")
+    p.add_argument("--init-from", metavar="DIR", help="start from the parameters of the run in DIR (another env's "
+                                                      "or settings'); what is frozen, staged or re-initialised and "
+                                                      "the KL penalty: the config's transfer section "
+                                                      "(rmtjax config transfer)")
     p.add_argument("--allow-import", action="append", metavar="MODULE",
                    help="let an env id gymnasium:MODULE:EnvId import MODULE (runs its code); repeatable")
     p.set_defaults(func=cmd_train)
@@ -319,7 +327,7 @@ def main(argv=None) -> int:
                    help="let an env id gymnasium:MODULE:EnvId import MODULE (runs its code); repeatable")
     w.set_defaults(func=cmd_sweep)
     c = sub.add_parser("config", help="list every config field with its type, default, range and doc")
-    c.add_argument("section", nargs="?", help="env, train, agent, precision, meta, curriculum or distributed "
+    c.add_argument("section", nargs="?", help="env, train, agent, precision, meta, curriculum, distributed or transfer "
                                               "(or an algorithm name: its agent section); default: all")
     c.add_argument("--algo", help=f"whose agent section to list (default {DEFAULT_ALGO})")
     c.set_defaults(func=cmd_config)

@@ -4,7 +4,8 @@ A `Config` has these parts: `algo` (registry name), `env` (`EnvConfig`), `train`
 (`TrainConfig`), `agent` (the algorithm's own section, e.g. `PPOConfig`), and the optional
 sections `precision` (`rmtjax.precision.PrecisionConfig`; the defaults are fp32), `meta`,
 `curriculum` (`rmtjax.meta.config`) and `distributed` (`rmtjax.distributed.DistributedConfig`;
-the default is one device). Every field
+the default is one device) and `transfer` (`rmtjax.transfer.TransferConfig`; the default transfers
+nothing, and a config.yaml leaves the section out while it is the default). Every field
 declares its type and, where it has one, its allowed range or choices; a bad value raises a
 `ConfigError` (a `ValueError`) naming the field, the value and what is allowed, at the moment
 the config is built. Nothing is clamped or dropped silently.
@@ -23,6 +24,7 @@ from rmtjax.distributed import DistributedConfig
 from rmtjax.meta.config import CurriculumConfig, MetaConfig, check_meta
 from rmtjax.precision import PrecisionConfig
 from rmtjax.schema import INT_MAX, ConfigError, Section, close_matches, param  # noqa: F401 (re-exported)
+from rmtjax.transfer import TransferConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,6 +106,7 @@ class Config:
     meta: MetaConfig = dataclasses.field(default_factory=MetaConfig)
     curriculum: CurriculumConfig = dataclasses.field(default_factory=CurriculumConfig)
     distributed: DistributedConfig = dataclasses.field(default_factory=DistributedConfig)
+    transfer: TransferConfig = dataclasses.field(default_factory=TransferConfig)
 
     def __post_init__(self):
         from rmtjax.agents import agent_class, agent_config_class
@@ -122,6 +125,12 @@ class Config:
         object.__setattr__(self, "curriculum", check_meta(self))
         if self.distributed.devices > 1:
             agent_class(self.algo).check_devices(self, self.distributed.devices)  # what the agent supports
+        if not isinstance(self.transfer, TransferConfig):
+            raise ConfigError(f"transfer: expected a TransferConfig, got {type(self.transfer).__name__}")
+        if not self.transfer.is_default:
+            from rmtjax.transfer import check_agent
+
+            check_agent(self.algo, agent_class(self.algo), self.transfer)
 
     # -- construction -------------------------------------------------------------------
     @classmethod
@@ -130,7 +139,7 @@ class Config:
 
         if not isinstance(data, Mapping):
             raise ConfigError(f"a config must be a mapping with keys algo, env, train, agent; got {type(data).__name__}")
-        top = {"algo", "env", "train", "agent", "precision", "meta", "curriculum", "distributed"}
+        top = {"algo", "env", "train", "agent", "precision", "meta", "curriculum", "distributed", "transfer"}
         for key in data:
             if key not in top:
                 raise ConfigError(f"unknown key {key}.{close_matches(str(key), top)}")
@@ -147,13 +156,17 @@ class Config:
             meta=MetaConfig.from_dict(data.get("meta")),
             curriculum=CurriculumConfig.from_dict(data.get("curriculum")),
             distributed=DistributedConfig.from_dict(data.get("distributed")),
+            transfer=TransferConfig.from_dict(data.get("transfer")),
         )
 
     def to_dict(self) -> dict:
         return {"algo": self.algo, "env": self.env.to_dict(), "train": self.train.to_dict(),
                 "agent": self.agent.to_dict(), "precision": self.precision.to_dict(),
                 "meta": self.meta.to_dict(), "curriculum": self.curriculum.to_dict(),
-                "distributed": self.distributed.to_dict()}
+                "distributed": self.distributed.to_dict(),
+                # left out while it is the default: the config.yaml (and checkpoints) of a run without
+                # transfer are as they were before the section existed, so those runs still resume
+                **({} if self.transfer.is_default else {"transfer": self.transfer.to_dict()})}
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
@@ -168,6 +181,7 @@ class Config:
     def override(self, overrides: Mapping[str, Any] | None) -> "Config":
         """A new config with dotted keys replaced, e.g. `{"agent.lr": 3e-4, "env.num_envs": 8}`."""
         data = self.to_dict()
+        data.setdefault("transfer", self.transfer.to_dict())
         for dotted, value in (overrides or {}).items():
             _set_dotted(data, dotted, value)
         try:
@@ -197,7 +211,7 @@ def _set_dotted(data: dict, dotted: str, value: Any) -> None:
     if parts == ["algo"]:
         data["algo"] = value
         return
-    sections = ("env", "train", "agent", "precision", "meta", "curriculum", "distributed")
+    sections = ("env", "train", "agent", "precision", "meta", "curriculum", "distributed", "transfer")
     if parts[0] not in sections or len(parts) < 2:
         raise ConfigError(f"unknown key {dotted}: a key is section.field with section one of "
                           f"{', '.join(sections)}.{close_matches(parts[0], sections) if parts[0] not in sections else ''}")
@@ -213,8 +227,9 @@ def _set_dotted(data: dict, dotted: str, value: Any) -> None:
 
 
 def _is_free_mapping(parts) -> bool:
-    # env.params.<name> sets a field of the environment's own parameters; checked when the env is built
-    return len(parts) == 3 and parts[0] == "env" and parts[1] == "params"
+    # env.params.<name> sets a field of the environment's own parameters; checked when the env is built;
+    # transfer.unfreeze.<group> the share at which a parameter group is released
+    return len(parts) == 3 and (parts[0], parts[1]) in (("env", "params"), ("transfer", "unfreeze"))
 
 
 def _preset_path(algo: str, env: str) -> Path:

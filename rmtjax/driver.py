@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping
 import jax
 import numpy as np
 
-from rmtjax import cache, distributed, health, limits, loggers
+from rmtjax import cache, distributed, health, limits, loggers, transfer
 from rmtjax.agents import build_agent
 from rmtjax.config import Config, ConfigError
 from rmtjax.envs import final_return
@@ -143,17 +143,25 @@ def seed_keys(key, seeds: int, cells: int = 1):
 
 class Program:
     """One run's composition, in one place for `make_train`, `train`, `load_run` and `evaluate`:
-    the agent (`rmtjax.protocol`), vmapped over seeds → the meta layer (`rmtjax.meta.controller`,
+    the agent (`rmtjax.protocol`), vmapped over seeds → the transfer layer (`rmtjax.transfer`:
+    the source parameters put in, stages released) → the meta layer (`rmtjax.meta.controller`,
     when on) → a scan of iterations → the devices (`rmtjax.distributed.ShardedRun`, when more
     than one).
 
     `init(keys, hparams) -> state` and `step(state, t) -> (state, metrics)` are batched over seeds
-    (one device's view); `sharded` is None on one device.
+    (one device's view); `sharded` is None on one device. `source`: a `rmtjax.transfer.Source`
+    the run starts from (None: a fresh start, or only the state's shapes are wanted).
     """
 
-    def __init__(self, config: Config):
+    def __init__(self, config: Config, source: "transfer.Source | None" = None):
         self.config = config
         self.agent = agent = build_agent(config)
+        if not config.transfer.is_default or source is not None:
+            # names and shapes checked against the agent's parameters before anything is compiled
+            shapes = jax.eval_shape(agent.init, jax.random.key(0)).params
+            transfer.check_groups(config.transfer, agent, shapes)
+            if source is not None:
+                transfer.check_source(config.transfer, agent, source, shapes)
         seeds = config.train.num_seeds
 
         def vinit(keys, hparams=None):
@@ -164,6 +172,7 @@ class Program:
         # on several devices an iteration's metrics are reduced across them first, so the meta layer
         # and the log see the whole run's; `t` is the same for every seed
         vstep = jax.vmap(distributed.reduced_step(config, agent.step), in_axes=(0, None))
+        vinit, vstep = transfer.compose(config, agent, vinit, vstep, source)
         self.init, self.step = meta_controller.compose(config, agent, vinit, vstep)
         self.sharded = distributed.sharded_run(config)
 
@@ -207,8 +216,9 @@ class Program:
         return train_fn
 
 
-def make_train(config: Config) -> Callable:
+def make_train(config: Config, init_from=None) -> Callable:
     """The whole run as one pure function `train_fn(key, hparams=None) -> (state, metrics)`.
+    `init_from`: start from another run's parameters, as in `train`.
 
     `hparams` optionally overrides initial hyperparameters (name -> scalar array), so a grid
     is `jax.vmap(train_fn, in_axes=(None, 0))(key, {"lr": lrs})`. Metrics are `[num_seeds,
@@ -216,7 +226,7 @@ def make_train(config: Config) -> Callable:
     `[D, num_seeds, ...]`, on several).
     """
     cache.enable()
-    program = Program(config)
+    program = Program(config, resolve_source(config, init_from))
     if program.agent.between_chunks(1) is not None:
         raise ConfigError(f"make_train: {config.algo} with these settings works on the host between compiled chunks "
                           f"(agent.replay: hierarchical moves replay items across device, host and disk), so the run "
@@ -227,7 +237,7 @@ def make_train(config: Config) -> Callable:
 
 def train(config: Config | None, key: jax.Array | None = None, *, hparams: Mapping[str, Any] | None = None,
           progress: bool | None = None, on_chunk: Callable | None = None, run_dir=None,
-          resume=None, _sweep: dict | None = None) -> TrainResult:
+          resume=None, init_from=None, _sweep: dict | None = None) -> TrainResult:
     """Train `config.train.num_seeds` seeds side by side from `key`.
 
     `run_dir`: write the run there (config.yaml, metrics.jsonl/.csv, checkpoints every
@@ -237,19 +247,27 @@ def train(config: Config | None, key: jax.Array | None = None, *, hparams: Mappi
     the same parameters and metrics as one that was never interrupted.
     `on_chunk(state, metrics_so_far, iteration)` is called on the host after every chunk.
     `hparams` values are scalars (every seed) or `[num_seeds]` vectors (one per seed).
+    `init_from`: start from another run's parameters (`rmtjax.transfer`): a run directory, a
+    `TrainResult` (every seed of it), or one seed's parameters (a pytree shaped like this agent's);
+    `config.transfer` says which seed each seed starts from, what is frozen, staged, re-initialised
+    and the KL penalty. A run directory keeps the source parameters, so a resume needs no
+    `init_from` (given, it must name the same source).
     (`_sweep` is `rmtjax.sweep`'s: the grid a sweep's run directory records.)
     """
     if config is not None:
         distributed.initialize(config)  # a multi-host run joins its processes first
         loggers.check_wandb(config)
     cache.enable()
-    program = None
+    program = source = None
     if resume is None and config is not None:
-        program = Program(config)
+        source = resolve_source(config, init_from)
+        program = Program(config, source)
         program.preflight(hparams)  # before a run directory is made
-    run = _open_run(config, key, hparams, run_dir, resume, _sweep)
+    run = _open_run(config, key, hparams, run_dir, resume, _sweep, source)
     if run is not None:
         config, key, hparams = run.config, run.key, run.hparams
+        if resume is not None:
+            source = run.source(init_from)  # the one the run began with, from its directory
     logger = None
     try:
         if run is not None and (run.sweep is None) != (_sweep is None):
@@ -262,7 +280,7 @@ def train(config: Config | None, key: jax.Array | None = None, *, hparams: Mappi
         cells = 1 if sweep_info is None else len(config_cells(sweep_info))
         if program is None:  # a resumed run: its own config
             loggers.check_wandb(config)
-            program = Program(config)
+            program = Program(config, source)
             program.preflight(hparams)
         if config.train.wandb:
             logger = loggers.WandbLogger(config, run_id=None if run is None else run.wandb_id(),
@@ -290,7 +308,38 @@ def config_cells(sweep_info: dict) -> list[dict]:
     return [dict(zip(grid, combo)) for combo in itertools.product(*grid.values())]
 
 
-def _open_run(config, key, hparams, run_dir, resume, sweep=None):
+def resolve_source(config: Config, init_from) -> "transfer.Source | None":
+    """`init_from` (a run directory, a `TrainResult`, one seed's parameters, or None) as a
+    `rmtjax.transfer.Source` mapped to `config`'s seeds; a config that freezes, stages or
+    penalises needs one."""
+    from rmtjax.agents import agent_class
+
+    cfg = config.transfer
+    if init_from is None:
+        if cfg.staged or cfg.reinit:
+            raise ConfigError("transfer: freeze, unfreeze, kl_coef and reinit act on a source's parameters; give "
+                              "one: train(config, key, init_from=RUN_DIR or params), or rmtjax train --init-from RUN_DIR")
+        return None
+    transfer.check_agent(config.algo, agent_class(config.algo), cfg, init_from=True)
+    seeds = config.train.num_seeds
+    if isinstance(init_from, (str, os.PathLike)):
+        source = load_run(init_from)
+        origin = str(Path(init_from).absolute())
+        return _source_of(config, source, origin)
+    if isinstance(init_from, TrainResult):
+        return _source_of(config, init_from, "the TrainResult given")
+    return transfer.make_source(cfg, seeds, init_from, None, "the parameters given")
+
+
+def _source_of(config: Config, result: TrainResult, origin: str) -> "transfer.Source":
+    if result.config.algo != config.algo:
+        raise ConfigError(f"init_from: {origin} trained {result.config.algo}, this run is {config.algo}; transfer "
+                          f"between runs of the same agent")
+    return transfer.make_source(config.transfer, config.train.num_seeds, result.state.params,
+                                result.config.train.num_seeds, origin)
+
+
+def _open_run(config, key, hparams, run_dir, resume, sweep=None, source=None):
     if resume is not None:
         from rmtjax.rundir import RunDir
 
@@ -302,7 +351,7 @@ def _open_run(config, key, hparams, run_dir, resume, sweep=None):
     if run_dir is not None:
         from rmtjax.rundir import RunDir
 
-        return RunDir.create(run_dir, config, key, hparams, sweep=sweep)
+        return RunDir.create(run_dir, config, key, hparams, sweep=sweep, source=source)
     if config.train.tensorboard:
         raise ConfigError("train.tensorboard: TensorBoard events are written into a run directory; pass "
                           "run_dir=DIR (rmtjax train --run-dir DIR) or set train.tensorboard: false")

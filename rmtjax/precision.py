@@ -138,11 +138,14 @@ class Step(NamedTuple):
     precision: PrecisionState  # after the loss-scale, skip and escalation bookkeeping
     loss: jax.Array  # the loss (when the gradients are fused: the devices' mean, NaN if the step was skipped)
     aux: Any  # what `loss_fn` returned beside the loss (this device's)
+    transfer_kl: Any = None  # with a KL penalty (`penalty`): the KL to the source policy, else None
 
     @property
     def stats(self) -> dict:
-        """`grad_norm` (before clipping) and `update_skipped` (1.0 or 0.0)."""
-        return guard_stats(self.opt_state)
+        """`grad_norm` (before clipping) and `update_skipped` (1.0 or 0.0); with a KL penalty
+        also `transfer_kl`."""
+        out = guard_stats(self.opt_state)
+        return out if self.transfer_kl is None else {**out, "transfer_kl": self.transfer_kl}
 
 
 class Precision:
@@ -189,7 +192,7 @@ class Precision:
     def bits(self, state: PrecisionState):
         return jnp.where(state.low, BITS[self.cfg.compute], 32).astype(jnp.float32)
 
-    def step(self, state: PrecisionState, loss_fn, params, opt_state, tx, clip=0.0) -> "Step":
+    def step(self, state: PrecisionState, loss_fn, params, opt_state, tx, clip=0.0, penalty=None) -> "Step":
         """One guarded gradient step: the call every agent makes for every update.
 
         `loss_fn(params, dtype) -> (loss, aux)` computes its networks in `dtype` and its loss
@@ -199,18 +202,29 @@ class Precision:
         global-norm threshold in force (0: no clipping; see `clip_threshold`). Returns a
         `Step`: when the update is skipped its params and inner optimiser state are the ones
         passed in; its `loss` is the mean over the devices when the gradients are fused.
+
+        `penalty(params, dtype) -> (term, kl)` (a transferred run's KL penalty to the source
+        policy, `rmtjax.agents.base.Agent.transfer_penalty`; None: none): `term` is added to the
+        loss before the gradient, and `kl` is reported as `Step.transfer_kl`.
         """
         scale = self.loss_scale(state)
 
         def grads_in(dtype):
             def scaled(p):
                 loss, aux = loss_fn(p, dtype)
-                return loss * scale, (loss, aux)
+                if penalty is None:
+                    return loss * scale, (loss, aux)
+                term, kl = penalty(p, dtype)
+                loss = loss + term
+                return loss * scale, (loss, (aux, kl))
 
             grads, (loss, aux) = jax.grad(scaled, has_aux=True)(params)
             return grads, loss, aux
 
         grads, loss, aux = self.select(state, grads_in)
+        kl = None
+        if penalty is not None:
+            aux, kl = aux
         if not isinstance(opt_state, GuardState):
             raise TypeError("Precision.step: the optimiser must be wrapped in rmtjax.guard.guard(...) (its state "
                             f"is a GuardState); got a {type(opt_state).__name__}")
@@ -220,7 +234,7 @@ class Precision:
         params = tree_where(opt_state.finite, optax.apply_updates(params, updates), params)
         # the loss over the devices when fused (NaN everywhere when any device's was not finite), else this one
         loss = jnp.where(opt_state.finite, opt_state.loss, jnp.nan if opt_state.fusion is not None else loss)
-        return Step(params, opt_state, self.after_update(state, opt_state.finite), loss, aux)
+        return Step(params, opt_state, self.after_update(state, opt_state.finite), loss, aux, kl)
 
     def after_update(self, state: PrecisionState, finite) -> PrecisionState:
         """Loss-scale, skip and escalation bookkeeping after an update that was `finite` or not."""

@@ -20,6 +20,13 @@ methods — and nothing is found by the name of a metric or of a state field:
 - `data_parallel` and `check_devices(config, devices)`: whether the agent trains on several
   devices, and what its config must satisfy for it (say, a batch that splits evenly).
 
+- Transfer (`rmtjax.transfer`; optional: an agent without these cannot be transferred, and a
+  config asking for it is refused): `param_groups(params)` names the group of every parameter
+  leaf, a '/'-path such as `"torso/Dense_0"` or `"head/value"` (a config names a group or any
+  prefix of one at '/': `torso` is every torso layer), and `policy_distribution(params, obs,
+  dtype, temperature)` gives the policy as a `Categorical` or `Gaussian` below, so the transfer
+  layer measures the KL to the source policy without knowing the agent's networks.
+
 `rmtjax.agents.base.Agent` implements the clock and the bookkeeping; `AgentProtocol` below is
 the whole contract, checked in the tests by a toy agent that implements only it.
 """
@@ -104,6 +111,22 @@ class Learner:
     opt_state: Any
     target: Any = None
     extra: Any = None
+
+
+@struct.dataclass
+class Categorical:
+    """A policy over discrete choices: `logits` [B, ..., choices] (the softmax over the last
+    axis; further axes between are independent choices, e.g. one per action dimension)."""
+
+    logits: jax.Array
+
+
+@struct.dataclass
+class Gaussian:
+    """A diagonal Gaussian policy: `mean` and `log_std`, each [B, action dims]."""
+
+    mean: jax.Array
+    log_std: jax.Array
 
 
 @runtime_checkable

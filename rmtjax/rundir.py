@@ -7,6 +7,8 @@
     DIR/checkpoints/     orbax checkpoints at chunk boundaries (`rmtjax.checkpoint`)
     DIR/tensorboard/     TensorBoard events, with `train.tensorboard: true`
     DIR/summary.json     written when the run finishes
+    DIR/transfer_source.npz   a run started from another's parameters (`init_from`): them, mapped to
+                         this run's seeds (what, from where and their SHA-256: run.json's `init_from`)
     DIR/unusable_checkpoints/   damaged checkpoints a resume stepped over (kept for a look)
 
 `iteration` counts from 1 (the metrics after that many iterations). The checkpoint holds
@@ -37,7 +39,8 @@ from rmtjax.checkpoint import Checkpoints, CheckpointWarning, Snapshot
 from rmtjax.config import RUN_INDEPENDENT_FIELDS, Config, ConfigError, load_config
 
 # what marks a directory as holding a run
-_RUN_FILES = ("config.yaml", "run.json", "metrics.jsonl", "metrics.csv", "checkpoints", "summary.json")
+_RUN_FILES = ("config.yaml", "run.json", "metrics.jsonl", "metrics.csv", "checkpoints", "summary.json",
+              "transfer_source.npz")
 # what a run writes besides: a new run refuses a directory holding any of these too
 _RUN_EXTRAS = (".lock", "unusable_checkpoints", "tensorboard", "sweep.csv", "heatmap.png")
 # the columns that lead every row, in this order; the other metrics follow sorted by name
@@ -144,10 +147,11 @@ class RunDir:
 
     # -- opening ------------------------------------------------------------------------
     @classmethod
-    def create(cls, path, config: Config, key, hparams=None, sweep: dict | None = None) -> "RunDir":
+    def create(cls, path, config: Config, key, hparams=None, sweep: dict | None = None, source=None) -> "RunDir":
         """A new run in `path` (created if missing; refused if it already holds a run).
         `hparams`: the initial hyperparameter overrides the run is given, kept for a restart;
-        `sweep`: the grid of a sweep (`rmtjax.sweep`), kept in run.json."""
+        `sweep`: the grid of a sweep (`rmtjax.sweep`), kept in run.json; `source`: the
+        `rmtjax.transfer.Source` the run starts from, kept in transfer_source.npz."""
         path = _nonempty_path(path, "run directory")
         if path.exists() and not path.is_dir():
             raise RunDirError(f"run directory {path} is a file, not a directory")
@@ -168,6 +172,9 @@ class RunDir:
                 "resumed": []}
         if sweep is not None:
             info["sweep"] = sweep
+        if source is not None:
+            info["init_from"] = source.describe()
+            safefs.write_atomic(path / "transfer_source.npz", source.to_bytes())
         _write_atomic(path / "config.yaml", config.to_yaml())
         _write_atomic(path / "run.json", json.dumps(info, indent=2) + "\n")
         run = cls(path, config, key, info)
@@ -220,6 +227,36 @@ class RunDir:
         run._lock = _lock(run.path)
         run.resuming = True
         return run
+
+    def source(self, init_from=None):
+        """The `rmtjax.transfer.Source` this run began from (None if it began fresh), read back
+        from transfer_source.npz and checked against its SHA-256. `init_from` (as given to a
+        resume; None: not given) must name the same source."""
+        from rmtjax.transfer import Source
+
+        info = self.info.get("init_from")
+        if info is None:
+            if init_from is not None:
+                raise RunDirError(f"{self.path} began without init_from; resume it without one")
+            return None
+        if isinstance(init_from, (str, os.PathLike)) and str(Path(init_from).absolute()) != info["origin"]:
+            raise RunDirError(f"{self.path} began from {info['origin']}, not {Path(init_from).absolute()}; resume "
+                              f"it without init_from (its source parameters are kept in the run directory)")
+        try:
+            source = Source.from_bytes((self.path / "transfer_source.npz").read_bytes(), info)
+        except (OSError, ValueError, KeyError) as e:
+            raise RunDirError(f"{self.path / 'transfer_source.npz'} is missing or unreadable ({type(e).__name__}: "
+                              f"{e}); it holds the source parameters the run began from") from None
+        if init_from is not None and not isinstance(init_from, (str, os.PathLike)):
+            from rmtjax.transfer import make_source
+
+            given = init_from.state.params if hasattr(init_from, "state") else init_from
+            seeds = init_from.config.train.num_seeds if hasattr(init_from, "state") else None
+            if make_source(self.config.transfer, self.config.train.num_seeds, given, seeds, "").digest() != \
+                    source.digest():
+                raise RunDirError(f"{self.path} began from other parameters than the ones given; resume it without "
+                                  f"init_from (its source parameters are kept in the run directory)")
+        return source
 
     def wandb_id(self) -> str:
         """The id of this run's W&B run (`train.wandb`), made and kept in run.json at first use."""

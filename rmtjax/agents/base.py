@@ -12,7 +12,8 @@ import jax.numpy as jnp
 
 from rmtjax.distributed import Fusion, device_index
 from rmtjax.envs import make_env
-from rmtjax.guard import guard
+from rmtjax import transfer
+from rmtjax.guard import anchor, guard
 from rmtjax.precision import Precision
 from rmtjax.protocol import Learner, Signals
 from rmtjax.schema import ConfigError
@@ -66,8 +67,26 @@ class Agent:
 
     def guarded(self, inner):
         """The optimiser `inner` wrapped in the update guard (`rmtjax.guard`): finiteness skip,
-        loss scaling, the clip in force and, on several devices, the gradient fusion."""
-        return guard(inner, self.fusion)
+        loss scaling, the clip in force, on several devices the gradient fusion and, in a
+        transferred run, the frozen and staged parameter groups (`rmtjax.transfer`)."""
+        return guard(inner, self.fusion, transfer.stages(self.config.transfer, self))
+
+    def transfer_penalty(self, opt_state, obs, temperature=None):
+        """For `Precision.step(..., penalty=)`: `transfer.kl_coef` × the mean over `obs` of
+        KL(source policy ‖ policy), both from `policy_distribution` (at `temperature` where the
+        policy has one), the source's parameters being the anchor in `opt_state`; None when the
+        run has no KL penalty."""
+        coef = self.config.transfer.kl_coef
+        if not coef:
+            return None
+        source = anchor(opt_state)
+
+        def penalty(params, dtype):
+            reference = jax.lax.stop_gradient(self.policy_distribution(source, obs, dtype, temperature))
+            kl = transfer.kl(reference, self.policy_distribution(params, obs, dtype, temperature)).mean()
+            return coef * kl, kl
+
+        return penalty
 
     def device_keys(self, *keys):
         """`keys` folded with this device's index on several devices (each device its own envs

@@ -30,7 +30,7 @@ from rmtjax.networks import ActorNet, CriticNet, per_dtype
 from rmtjax.networks.actor_critic import PPO_TORSOS
 from rmtjax.networks.distributions import gaussian_entropy, gaussian_log_prob
 from rmtjax.precision import PrecisionState, Step, ema, summarize
-from rmtjax.protocol import Learner, Signals, hparam
+from rmtjax.protocol import Categorical, Gaussian, Learner, Signals, hparam
 from rmtjax.schema import ConfigError, Section, param
 
 @dataclasses.dataclass(frozen=True)
@@ -190,7 +190,8 @@ class PPO(Agent):
                    "clip_frac": (jnp.abs(ratio - 1) > hp.clip_eps).mean()}
             return loss, aux
 
-        return self.precision.step(prec_state, loss_fn, params, opt_state, self.tx, clip)
+        return self.precision.step(prec_state, loss_fn, params, opt_state, self.tx, clip,
+                                   penalty=self.transfer_penalty(opt_state, mb["obs"]))
 
     def step(self, state: PPOState, t):
         c, hp, prec = self.cfg, state.hparams, self.precision
@@ -270,6 +271,23 @@ class PPO(Agent):
 
     def learner(self, state: PPOState) -> Learner:
         return Learner(params=state.params, opt_state=state.opt_state)
+
+    def param_groups(self, params):
+        """torso/<layer>/actor|critic for the hidden layers of either network (so torso/Dense_0
+        is the first layer of both), head/policy (logits or mean, log std), head/value."""
+
+        def group(path, _):
+            net, _, module = (k.key for k in path[:3])
+            if module == "log_std" or not module.startswith(("MLP", "NatureCNN")):
+                return "head/policy" if net == "actor" else "head/value"
+            return f"torso/{path[3].key}/{net}"
+
+        return jax.tree_util.tree_map_with_path(group, params)
+
+    def policy_distribution(self, params, obs, dtype=jnp.float32, temperature=None):
+        """The policy at `obs`: a `Categorical` over the actions, or the `Gaussian` it samples from."""
+        logits, log_std = self.actors[jnp.dtype(dtype)].apply(params["actor"], obs)
+        return Gaussian(logits, log_std) if self.continuous else Categorical(logits)
 
     def with_learner(self, state: PPOState, learner: Learner) -> PPOState:
         return state.replace(params=learner.params, opt_state=learner.opt_state)

@@ -51,7 +51,7 @@ from rmtjax.envs import VecEnvState, episode_metrics
 from rmtjax.guard import lr_in_force, with_lr
 from rmtjax.networks import TORSOS, PerDimQHead, QHead, QNetwork, make_torso, per_dtype
 from rmtjax.precision import PrecisionState, Step, ema, finite_abs, summarize
-from rmtjax.protocol import Learner, Signals, hparam
+from rmtjax.protocol import Categorical, Learner, Signals, hparam
 from rmtjax.schema import ConfigError, Section, param
 from rmtjax.tracing import trace_once, zeros
 from rmtjax.replay import demonstrations, make_replay, tiered
@@ -274,6 +274,7 @@ class Schedule:
     clip: jax.Array
     lr: jax.Array
     demo_rows: jax.Array  # minibatch rows drawn from the demonstrations (int32; 0 without them)
+    temperature: jax.Array | None = None  # with a transfer KL penalty: the Boltzmann temperature after acting
 
 
 class RMT(Agent):
@@ -517,10 +518,12 @@ class RMT(Agent):
             hold=exploration.Hold.empty(action_shape), td_ema=jnp.zeros(()), key_share=jnp.zeros(()),
             precision=self.precision.init(), hparams=hp, key=key, demos=self.demos)
 
-    def gradient_step(self, params, target_params, opt_state, prec_state, batch, weight, gamma, clip) -> Step:
+    def gradient_step(self, params, target_params, opt_state, prec_state, batch, weight, gamma, clip,
+                      temperature=None) -> Step:
         """One guarded (and, on several devices, fused) step on this device's minibatch `batch`
         with importance weights `weight` [B]: a `rmtjax.precision.Step` whose `aux` is `(td, q)`
-        and whose `loss` is the mean over the devices."""
+        and whose `loss` is the mean over the devices. `temperature`: of the transfer KL penalty's
+        policies (`policy_distribution`), when the run has one."""
 
         if "demo" in batch and self.cfg.demo_margin > 0:
             def loss_fn(p, dtype):
@@ -532,7 +535,8 @@ class RMT(Agent):
                 td, q = self._td(p, target_params, batch, gamma, dtype)
                 return self._loss(td, weight), (td, q)
 
-        return self.precision.step(prec_state, loss_fn, params, opt_state, self.tx, clip)
+        return self.precision.step(prec_state, loss_fn, params, opt_state, self.tx, clip,
+                                   penalty=self.transfer_penalty(opt_state, batch["obs"], temperature))
 
     def schedule(self, hp: RMTHParams, t) -> Schedule:
         c = self.cfg
@@ -614,7 +618,7 @@ class RMT(Agent):
                     keep = ~is_demo  # the replay's own rows are written back, the demonstrations' not
             with jax.named_scope("phase/grad_step"):
                 out = self.gradient_step(params, target_params, opt_state, prec_state, batch, weight, hp.gamma,
-                                         sched.clip)
+                                         sched.clip, sched.temperature)
                 params, opt_state, prec_state, loss, (td, q) = (out.params, out.opt_state, out.precision, out.loss,
                                                                 out.aux)
             with jax.named_scope("phase/target"):
@@ -647,6 +651,8 @@ class RMT(Agent):
         key, k_roll, k_learn = jax.random.split(state.key, 3)
 
         (obs, env_state, window, log_temp, hold), new, act_info = self._act(state, sched, k_roll)
+        if self.config.transfer.kl_coef:  # the KL to the source is taken at the temperature in force
+            sched = sched.replace(temperature=jnp.exp(log_temp))
         replay, td_new = self._store(state, new, hp.gamma)
 
         learner = (state.params, state.target_params, with_lr(state.opt_state, sched.lr), replay, state.precision)
@@ -693,6 +699,16 @@ class RMT(Agent):
     def learner(self, state: RMTState) -> Learner:
         return Learner(params=state.params, opt_state=state.opt_state, target=state.target_params,
                        extra={"log_temperature": state.log_temperature})
+
+    def param_groups(self, params):
+        """torso/<module> (each layer or block of the torso), head/<module> (advantage, value)."""
+        return jax.tree_util.tree_map_with_path(lambda path, _: f"{path[1].key}/{path[2].key}", params)
+
+    def policy_distribution(self, params, obs, dtype=jnp.float32, temperature=None):
+        """softmax(Q / temperature) over each action (per dimension for binned actions): the
+        Boltzmann policy RMT acts with (without its ε share); DQN's temperature stays 1."""
+        q = self.q_values(params, obs, dtype)
+        return Categorical(q if temperature is None else q / temperature)
 
     def with_learner(self, state: RMTState, learner: Learner) -> RMTState:
         return state.replace(params=learner.params, opt_state=learner.opt_state, target_params=learner.target,

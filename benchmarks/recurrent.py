@@ -42,6 +42,8 @@ COMMON = {
     "pqn": {"agent.rollout_len": 32, "agent.num_minibatches": 4},
     "dqn": {"agent.rollout_len": 8, "agent.learning_starts": 2000, "agent.buffer_size": 50_000,
             "agent.target_update_every": 100, "agent.lr": 1e-3},
+    "rmt": {"agent.rollout_len": 8, "agent.learning_starts": 2000, "agent.buffer_size": 50_000,
+            "agent.target_update_every": 100, "agent.lr": 1e-3},
 }
 TORSO = {
     "lstm": {"agent.torso": "lstm", "agent.hidden": [32], "agent.rnn_width": 32},
@@ -50,8 +52,10 @@ TORSO = {
 # DQN with a recurrent torso learns from stored sequences (rmtjax.agents.r2d2): 32 steps with a
 # burn-in of 4, 32 sequences a minibatch, one update per 32 env steps; the MLP DQN from
 # transitions, 128 a minibatch, one update per 4 env steps (the defaults)
-OWN = {("dqn", "lstm"): {"agent.seq_len": 32, "agent.burn_in": 4, "agent.batch_size": 32,
-                         "agent.updates_per_step": 1 / 32}}
+# (RMT with a recurrent torso: the same, with the uniform replay and one-step targets it needs;
+# its MLP keeps RMT's defaults: tiered replay, 3-step targets)
+SEQUENCES = {"agent.seq_len": 32, "agent.burn_in": 4, "agent.batch_size": 32, "agent.updates_per_step": 1 / 32}
+OWN = {("dqn", "lstm"): SEQUENCES, ("rmt", "lstm"): {**SEQUENCES, "agent.replay": "uniform", "agent.n_step": 1}}
 
 
 def config(algo: str, torso: str, memory_length: int, steps: int, seeds: int, num_envs: int):
@@ -113,7 +117,8 @@ def main(argv=None):
              f"`act_step`); `last-10% training`: each seed's training curve (exploration included) averaged over the "
              f"last tenth of training; IQM over seeds with a 95% percentile-bootstrap interval. The ten columns: the "
              f"mean over seeds of the training curve at each tenth of training. Settings per agent: "
-             f"{ {a: COMMON[a] for a in args.algos} }; torsos: {TORSO}; recurrent DQN: {OWN[('dqn', 'lstm')]}; "
+             f"{ {a: COMMON[a] for a in args.algos} }; torsos: {TORSO}; "
+             f"per agent and torso: { {f'{a}-{t}': v for (a, t), v in OWN.items() if a in args.algos} }; "
              f"everything else the agent's defaults. Wall time includes the compile and the evaluation; the machine is "
              f"shared, so times are noisy.")
     write_table(name, f"Recurrent vs MLP torsos on MemoryChain-bsuite (memory_length {args.memory_length})", header,

@@ -125,12 +125,6 @@ class ValueHead(nn.Module):
         return nn.Dense(1, kernel_init=orthogonal(1.0), dtype=self.dtype)(x)[:, 0].astype(jnp.float32)
 
 
-def one_step(net, params, carry, obs, reset):
-    """One step of a `RecurrentNet` for a batch: obs [B, ...], reset [B] -> (carry, output [B, ...])."""
-    carry, out, _ = net.apply(params, carry, obs[None], reset[None])
-    return carry, jax.tree.map(lambda x: x[0], out)
-
-
 def after(net, params, carries, next_obs):
     """The output for `next_obs[t]` [T, B, ...] read from the hidden state `carries[t]` (after step
     t), every (t, b) at once: what a bootstrap needs for the observation a step ended in (before

@@ -11,7 +11,7 @@ from rmtjax.agents import build_agent
 from rmtjax.agents.r2d2 import RecurrentDQN
 from rmtjax.agents.recurrent import RecurrentPPO, RecurrentPQN
 from rmtjax.config import ConfigError
-from rmtjax.driver import RecurrentPolicy
+from rmtjax.driver import Program, RecurrentPolicy
 from rmtjax.networks.recurrent import RecurrentNet, RecurrentTorso, ValueHead, initial_carry
 
 ENV = {"env.params": {"memory_length": 3}, "env.num_envs": 4, "train.num_seeds": 2, "train.progress": False}
@@ -100,10 +100,11 @@ def test_recurrent_ppo_trains_end_to_end(ppo_run):
     assert np.abs(np.asarray(result.state.carry["actor"])).max() > 0.0
     # MemoryChain with memory_length 3 ends every 4 steps: after 8-step rollouts every env starts an episode
     assert np.asarray(result.state.reset).all()
-    # the parameters moved
-    first = build_agent(cfg).init(jax.random.split(jax.random.key(0), 2)[0])
-    assert not np.array_equal(np.asarray(first.params["actor"]["params"]["head"]["Dense_0"]["kernel"]),
-                              np.asarray(result.state.params["actor"]["params"]["head"]["Dense_0"]["kernel"])[0])
+    # the parameters moved from the driver's initial state, the cell's recurrent kernel included
+    first = Program(cfg).initial_state(jax.random.split(jax.random.key(0), 2))
+    cell = lambda p: np.asarray(p["actor"]["params"]["torso"]["cell"]["GRUCell_0"]["hn"]["kernel"])  # noqa: E731
+    assert cell(first.params).shape == cell(result.state.params).shape == (2, 8, 8)
+    assert (np.abs(cell(first.params) - cell(result.state.params)).reshape(2, -1).max(1) > 0).all()
 
 
 def test_the_checkpoint_holds_the_carry_and_a_resumed_run_ends_the_same(ppo_run, tmp_path):

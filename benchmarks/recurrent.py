@@ -108,13 +108,14 @@ def main(argv=None):
                         + [" ".join(f"{v:.2f}" for v in greedy), f"{r.compile_seconds:.0f}", f"{wall:.0f}"])
             bands[label] = (env_steps, smooth(episode_returns(ret, episodes)))
 
-    header = (["agent", "greedy return IQM [95% CI]", f"seeds solved (greedy ≥ {SOLVED})", "last-10% training IQM [95% CI]"]
+    header = (["agent", "greedy return IQM [95% CI]", f"seeds solved (greedy ≥ {SOLVED})",
+               "last-10% training IQM [95% CI]"]
               + [f"{s / 1000:.4g}k" for s in steps_axis] + ["greedy per seed", "compile s", "wall s"])
-    notes = (f"MemoryChain-bsuite with memory_length {args.memory_length} (episodes of {args.memory_length + 1} steps, one "
-             f"reward of ±1 at the end; no memory: expected return 0), {args.num_envs} envs per seed, {args.steps:,} env "
-             f"steps per seed, {args.seeds} seeds (vmapped, one compile per agent), run key {args.seed}. `greedy`: each "
-             f"seed's greedy policy over {EVAL_EPISODES} fresh episodes (`rmtjax.evaluate`, memory carried through "
-             f"`act_step`); `last-10% training`: each seed's training curve (exploration included) averaged over the "
+    notes = (f"MemoryChain-bsuite with memory_length {args.memory_length} (episodes of {args.memory_length + 1} "
+             f"steps, one reward of ±1 at the end; no memory: expected return 0), {args.num_envs} envs per seed, "
+             f"{args.steps:,} env steps per seed, {args.seeds} seeds (vmapped, one compile per agent), run key "
+             f"{args.seed}. `greedy`: each seed's greedy policy over {EVAL_EPISODES} fresh episodes "
+             f"(`rmtjax.evaluate`, memory carried through `act_step`); `last-10% training`: each seed's training curve (exploration included) averaged over the "
              f"last tenth of training; IQM over seeds with a 95% percentile-bootstrap interval. The ten columns: the "
              f"mean over seeds of the training curve at each tenth of training. Settings per agent: "
              f"{ {a: COMMON[a] for a in args.algos} }; torsos: {TORSO}; "

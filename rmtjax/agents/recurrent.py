@@ -24,6 +24,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from rmtjax import exploration
@@ -93,8 +94,6 @@ class RecurrentPPO(PPO):
 
     @property
     def _out_dim(self) -> int:
-        import numpy as np
-
         return int(np.prod(self.spec.action_shape)) if self.continuous else self.spec.num_actions
 
     def initial_carry(self, batch: int):

@@ -174,8 +174,9 @@ def test_recurrent_pqn_and_dqn_train_end_to_end():
                                                            "agent.hidden": [8], "agent.rollout_len": 8,
                                                            "agent.num_minibatches": 2, "train.total_steps": 64})
     dqn = rmtjax.make_config("dqn", "MemoryChain-bsuite", {**ENV, "agent.torso": "gru", "agent.rnn_width": 8,
-                                                           "agent.hidden": [8], "agent.rollout_len": 4, "agent.seq_len": 8,
-                                                           "agent.burn_in": 2, "agent.batch_size": 4,
+                                                           "agent.hidden": [8], "agent.rollout_len": 4,
+                                                           "agent.seq_len": 8, "agent.burn_in": 2,
+                                                           "agent.batch_size": 4,
                                                            "agent.buffer_size": 256, "agent.learning_starts": 48,
                                                            "agent.updates_per_step": 0.125, "train.total_steps": 64})
     assert isinstance(build_agent(pqn), RecurrentPQN) and isinstance(build_agent(dqn), RecurrentDQN)

@@ -169,7 +169,6 @@ class RMTConfig(Section):
                                       f"and rewards, which running statistics would not match")
             load_demonstrations(self, env)
 
-
     def _check_recurrent(self, env):
         """What a recurrent torso needs (`rmtjax.agents.r2d2`): whole sequences in a uniform replay."""
         why = f"with agent.torso: {self.torso} (sequences of seq_len steps are stored whole"

@@ -210,7 +210,7 @@ def renderer(env, params):
     if "minatar" in fields:
         return lambda seen: _channels(seen[1])
     name = type(env).__name__
-    known = {"CartPole": _cartpole, "Acrobot": _acrobot, "Pendulum": _pendulum,
+    known = {"CartPole": _cartpole, "MaskedCartPole": _cartpole, "Acrobot": _acrobot, "Pendulum": _pendulum,
              "MountainCar": _mountain_car, "ContinuousMountainCar": _mountain_car}
     if name in known:
         draw = known[name]

@@ -1,5 +1,6 @@
 """Recurrent torsos (agent.torso: lstm | gru): the hidden state's resets, BPTT, the agents end to end
-through `rmtjax.train`, acting, evaluation, policies and checkpoints with a carry, and the errors."""
+through `rmtjax.train`, acting, evaluation, policies and checkpoints with a carry, the errors, and the
+memory task CartPole-masked-v1."""
 
 import jax
 import jax.numpy as jnp
@@ -29,8 +30,6 @@ class _Net:
         self.init, self.apply = jax.jit(net.init), jax.jit(net.apply)
 
 
-_net = _Net
-
 
 def _carry(kind, key, batch):
     """A random (nonzero) hidden state."""
@@ -41,7 +40,7 @@ T, B = 8, 3  # one sequence shape for every network test, so each network's appl
 
 
 def test_the_hidden_state_is_zeroed_where_an_episode_begins():
-    net = _net("lstm")  # the LSTM's carry is a pair (c, h): both are zeroed
+    net = _Net("lstm")  # the LSTM's carry is a pair (c, h): both are zeroed
     obs = jax.random.normal(jax.random.key(0), (T, B, 4))
     carry = _carry("lstm", jax.random.key(1), B)
     params = net.init(jax.random.key(2), carry, obs, jnp.zeros((T, B), bool))
@@ -206,3 +205,29 @@ def test_unsupported_combinations_are_refused():
     # the feed-forward agents keep act, an empty carry and act_step = act
     agent = build_agent(rmtjax.make_config("ppo", "CartPole-v1"))
     assert not agent.recurrent and agent.initial_carry(3) == ()
+
+
+def test_masked_cartpole_is_cartpole_without_the_velocities():
+    from rmtjax.config import EnvConfig
+    from rmtjax.envs import available_envs, make_env
+
+    assert "CartPole-masked-v1" in available_envs(adapters=False)
+    masked, full = (make_env(EnvConfig(id=i, num_envs=3)) for i in ("CartPole-masked-v1", "CartPole-v1"))
+    assert masked.spec.obs_shape == (2,) and masked.spec.num_actions == 2
+
+    @jax.jit
+    def run(key):
+        def both(carry, k):
+            (mo, ms), (fo, fs) = carry
+            k_a, k_e = jax.random.split(k)
+            a = jax.random.randint(k_a, (3,), 0, 2)
+            m, f = masked.step(k_e, ms, a), full.step(k_e, fs, a)
+            return ((m[0], m[1]), (f[0], f[1])), (mo, fo, m[2], f[2], m[3], f[3], m[4], f[4])
+
+        return jax.lax.scan(both, (masked.reset(key), full.reset(key)), jax.random.split(key, 200))[1]
+
+    mo, fo, mr, fr, mterm, fterm, mtrunc, ftrunc = run(jax.random.key(0))
+    np.testing.assert_array_equal(np.asarray(mo), np.asarray(fo)[..., [0, 2]])  # position and angle, as CartPole's
+    for a, b in ((mr, fr), (mterm, fterm), (mtrunc, ftrunc)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert np.asarray(fterm).sum() > 0  # episodes ended (and reset) on the way

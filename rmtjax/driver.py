@@ -447,7 +447,9 @@ def make_policy(config: Config, state, seed: int = 0) -> Callable:
     `env.frame_stack` the stacked one) or a batch of them, as the env gives it: the observation
     normalisation the agent trained with is applied inside, its statistics frozen. Only the
     parameters and those statistics are kept, so the function can be exported with `jax.export`
-    and called where rmtjax is not installed."""
+    and called where rmtjax is not installed. A recurrent agent's (`agent.torso: lstm | gru`) is a
+    `RecurrentPolicy`: `policy(obs, carry=None, reset=None) -> (action, carry)`, its memory passed
+    back in by the caller."""
     from rmtjax.envs import make_env
 
     seeds = config.train.num_seeds
@@ -459,6 +461,8 @@ def make_policy(config: Config, state, seed: int = 0) -> Callable:
     params = jax.tree.map(pick, state.params)
     stats = None if state.env_state.obs_stats is None else jax.tree.map(pick, state.env_state.obs_stats)
     obs_ndim = len(env.spec.obs_shape)
+    if agent.recurrent:
+        return RecurrentPolicy(agent, params, stats, env, obs_ndim)
 
     @jax.jit
     def policy(obs):
@@ -469,6 +473,38 @@ def make_policy(config: Config, state, seed: int = 0) -> Callable:
         return action[0] if single else action
 
     return policy
+
+
+class RecurrentPolicy:
+    """The greedy policy of a recurrent agent (`make_policy`): `policy(obs, carry=None, reset=None)
+    -> (action, carry)`. Pass back the carry it returned with the next observation; `carry` None
+    is the start of an episode (`initial_carry`), and `reset` (True where `obs` begins a new
+    episode; a bool or one per observation of a batch) zeroes the memory of those envs. `obs` is
+    one observation or a batch of them, normalised inside as in training; the step is jitted."""
+
+    def __init__(self, agent, params, stats, env, obs_ndim: int):
+        self.agent, self.obs_ndim = agent, obs_ndim
+
+        @jax.jit
+        def step(obs, carry, reset):
+            return agent.act_step(params, carry, env._normalise(stats, obs), reset)
+
+        self._step = step
+
+    def initial_carry(self, batch: int | None = None):
+        """The memory before an episode: for one observation (`batch` None) or a batch."""
+        return self.agent.initial_carry(1 if batch is None else batch)
+
+    def __call__(self, obs, carry=None, reset=None):
+        obs = jax.numpy.asarray(obs)
+        single = obs.ndim == self.obs_ndim
+        batch = obs[None] if single else obs
+        if carry is None:
+            carry = self.initial_carry(batch.shape[0])
+        reset = jax.numpy.zeros(batch.shape[0], bool) if reset is None else \
+            jax.numpy.broadcast_to(jax.numpy.asarray(reset, bool), (batch.shape[0],))
+        action, carry = self._step(batch, carry, reset)
+        return (action[0] if single else action), carry
 
 
 def load_policy(run_dir, seed: int = 0) -> Callable:
@@ -562,21 +598,24 @@ def evaluate(source, episodes: int = 10, key: jax.Array | None = None, *, max_st
         zeros = jax.numpy.zeros(episodes, jax.numpy.float32)
 
         def running(c):
-            t, *_, finished = c
+            t, *_, finished, _, _ = c
             return (t < limit) & ~finished.all()
 
         def step(c):
-            t, obs, env_state, key, returns, lengths, finished = c
+            t, obs, env_state, key, returns, lengths, finished, carry, reset = c
             key, k_act, k_env = jax.random.split(key, 3)
-            obs, env_state, *_ = env.step(k_env, env_state, agent.act(params, obs, k_act), frozen=True)
+            action, carry = agent.act_step(params, carry, obs, reset, k_act)  # a recurrent agent's memory in `carry`
+            obs, env_state, _, _, _, info = env.step(k_env, env_state, action, frozen=True)
+            reset = info["done"]
             # each env's first episode counts: its statistics the moment it ends
             first = (env_state.episodes_done > 0) & ~finished
             returns = jax.numpy.where(first, env_state.last_return, returns)
             lengths = jax.numpy.where(first, env_state.last_length, lengths)
-            return t + 1, obs, env_state, key, returns, lengths, finished | first
+            return t + 1, obs, env_state, key, returns, lengths, finished | first, carry, reset
 
-        init = (0, obs, env_state, key, zeros, zeros.astype(jax.numpy.int32), zeros.astype(bool))
-        _, _, env_state, _, returns, lengths, finished = jax.lax.while_loop(running, step, init)
+        init = (0, obs, env_state, key, zeros, zeros.astype(jax.numpy.int32), zeros.astype(bool),
+                agent.initial_carry(episodes), jax.numpy.ones(episodes, bool))
+        _, _, env_state, _, returns, lengths, finished, *_ = jax.lax.while_loop(running, step, init)
         returns = jax.numpy.where(finished, returns, env_state.episode_return)
         lengths = jax.numpy.where(finished, lengths, env_state.episode_length)
         return returns, lengths, finished

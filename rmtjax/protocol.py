@@ -19,6 +19,14 @@ methods — and nothing is found by the name of a metric or of a state field:
   `rmtjax.precision.PrecisionState`); the driver, evaluation and checkpoints read those.
 - `data_parallel` and `check_devices(config, devices)`: whether the agent trains on several
   devices, and what its config must satisfy for it (say, a batch that splits evenly).
+- Acting with memory: `initial_carry(batch)` and `act_step(params, carry, obs, reset, key) ->
+  (action, carry)` are how every caller outside training (evaluation, `make_policy`,
+  `load_policy`, video) acts. `carry` is the policy's hidden state for a batch of envs (a pytree
+  of [batch, ...] arrays), `reset` [batch] is True where `obs` is the first observation of an
+  episode (the carry is zeroed there before it is read). A feed-forward agent (`recurrent`
+  False) has the empty carry `()` and `act_step` is its `act`; a recurrent one (`recurrent`
+  True) keeps the carry in its training state too, so checkpoints hold it, and its `act`
+  (which has no carry to read) raises.
 
 - Transfer (`rmtjax.transfer`; optional: an agent without these cannot be transferred, and a
   config asking for it is refused): `param_groups(params)` names the group of every parameter
@@ -177,6 +185,16 @@ class AgentProtocol(Protocol):
     def step(self, state, t) -> tuple[Any, dict]: ...
 
     def act(self, params, obs, key=None): ...
+
+    @property
+    def recurrent(self) -> bool:
+        """True: the policy has a hidden state; act with `initial_carry` and `act_step`."""
+
+    def initial_carry(self, batch: int) -> Any:
+        """The policy's hidden state for `batch` envs before any step (`()` for a feed-forward agent)."""
+
+    def act_step(self, params, carry, obs, reset, key=None) -> tuple[Any, Any]:
+        """(greedy action, carry after `obs`): `carry` is zeroed where `reset` [B] is True first."""
 
     def signals(self, metrics) -> Signals: ...
 

@@ -145,15 +145,18 @@ def play(result, key, max_steps: int | None = None):
         obs, st = env.reset(k, obs_stats=stats)
         return obs, st, view(st.inner)
 
-    def step(params, obs, st, k):
+    def step(params, obs, st, carry, reset, k):
         k_act, k_env = jax.random.split(k)
-        obs, st, *_ = env.step(k_env, st, agent.act(params, obs, k_act), frozen=True)
-        return obs, st, view(st.inner)
+        action, carry = agent.act_step(params, carry, obs, reset, k_act)  # a recurrent agent's memory in `carry`
+        obs, st, _, _, _, info = env.step(k_env, st, action, frozen=True)
+        return obs, st, view(st.inner), carry, info["done"]
 
     keys = jax.random.split(key, seeds)
     reset_keys = jax.vmap(lambda k: jax.random.fold_in(k, 0))(keys)
     obs, st, seen = jax.jit(jax.vmap(reset))(reset_keys, state.env_state.obs_stats)
     step = jax.jit(jax.vmap(step))
+    carry = jax.vmap(lambda _: agent.initial_carry(1))(np.arange(seeds))
+    reset = np.ones((seeds, 1), bool)
 
     def frames_now(seen):
         if host:
@@ -169,7 +172,7 @@ def play(result, key, max_steps: int | None = None):
     t = 0
     while t < limit and not done.all():
         keys = jax.vmap(lambda k: jax.random.fold_in(k, t + 1))(keys)
-        obs, st, seen = step(state.params, obs, st, keys)
+        obs, st, seen, carry, reset = step(state.params, obs, st, carry, reset, keys)
         t += 1
         ended = np.asarray(st.episodes_done[:, 0] > 0) & ~done
         returns = np.where(ended, np.asarray(st.last_return[:, 0]), returns)
@@ -207,7 +210,7 @@ def renderer(env, params):
     if "minatar" in fields:
         return lambda seen: _channels(seen[1])
     name = type(env).__name__
-    known = {"CartPole": _cartpole, "Acrobot": _acrobot, "Pendulum": _pendulum,
+    known = {"CartPole": _cartpole, "MaskedCartPole": _cartpole, "Acrobot": _acrobot, "Pendulum": _pendulum,
              "MountainCar": _mountain_car, "ContinuousMountainCar": _mountain_car}
     if name in known:
         draw = known[name]

@@ -16,6 +16,7 @@ _REGISTRY = {
     "sac": "rmtjax.agents.sac:SAC",
     "pqn": "rmtjax.agents.pqn:PQN",
 }
+_BUILTIN = dict(_REGISTRY)
 
 
 def register_agent(name: str, agent) -> None:
@@ -56,6 +57,29 @@ def agent_config_class(algo: str):
     return agent_class(algo).Config
 
 
+# the built-in agents' recurrent variants (`agent.torso: lstm | gru`): subclasses of the registered
+# class with a hidden state (`rmtjax.protocol`: recurrent, initial_carry, act_step)
+_RECURRENT = {
+    "ppo": "rmtjax.agents.recurrent:RecurrentPPO",
+    "pqn": "rmtjax.agents.recurrent:RecurrentPQN",
+    "dqn": "rmtjax.agents.r2d2:RecurrentDQN",
+    "rmt": "rmtjax.agents.r2d2:RecurrentRMT",
+}
+
+
+def recurrent_variant(algo: str):
+    """The class a built-in `algo` is built as with a recurrent torso (None where it has none)."""
+    if algo not in _RECURRENT or _REGISTRY.get(algo) != _BUILTIN.get(algo):
+        return None
+    module, name = _RECURRENT[algo].split(":")
+    return getattr(importlib.import_module(module), name)
+
+
 def build_agent(config):
-    """The agent object for a validated `Config`."""
+    """The agent object for a validated `Config` (a built-in agent with `agent.torso: lstm | gru`:
+    its recurrent variant)."""
+    if getattr(config.agent, "torso", None) in ("lstm", "gru"):
+        variant = recurrent_variant(config.algo)
+        if variant is not None:
+            return variant(config)
     return agent_class(config.algo)(config)

@@ -122,6 +122,16 @@ class Agent:
         return jnp.asarray(t, jnp.float32) / self.num_iterations
 
     # -- the protocol's defaults ------------------------------------------------------------
+    recurrent = False  # a recurrent agent (agent.torso: lstm | gru) sets True and overrides the two below
+
+    def initial_carry(self, batch: int):
+        """The hidden state of the policy for `batch` envs: none, `()`, for a feed-forward agent."""
+        return ()
+
+    def act_step(self, params, carry, obs, reset, key=None):
+        """(greedy action, carry): a feed-forward agent's is its `act`, the carry passed through."""
+        return self.act(params, obs, key), carry
+
     @property
     def max_entropy(self) -> float | None:
         """log of the number of choices the policy's entropy is measured over (discrete actions)."""

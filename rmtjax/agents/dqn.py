@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 
 from rmtjax.agents.rmt import RMT, RMTConfig
+from rmtjax.networks.recurrent import RNN_TORSOS
 from rmtjax.schema import Section, param
 
 
@@ -48,8 +49,15 @@ class DQNConfig(Section):
     max_grad_norm: float = param(10.0, lo=0.0, doc="global-norm gradient clip; 0: no clipping")
     hidden: tuple[int, ...] = param((128, 128), lo=1)
     activation: str = param("relu", choices=("relu", "tanh", "gelu", "silu", "elu"))
-    torso: str = param("mlp", choices=("mlp", "cnn", "nature_cnn"), doc="mlp, cnn (the MinAtar CNN) or nature_cnn "
-                                                                        "(Mnih et al. 2015; give hidden: [512])")
+    torso: str = param("mlp", choices=("mlp", "cnn", "nature_cnn") + RNN_TORSOS,
+                       doc="mlp, cnn (the MinAtar CNN) or nature_cnn (Mnih et al. 2015; give hidden: [512]); lstm or "
+                           "gru: dense layers of widths `hidden`, then a recurrent cell of width rnn_width, learning "
+                           "from stored sequences with their hidden state and a burn-in (R2D2)")
+    rnn_width: int = param(128, lo=1, doc="torso: lstm | gru: width of the recurrent cell (its hidden state)")
+    seq_len: int = param(16, lo=2, hi=4096, doc="torso: lstm | gru: steps per stored sequence (≥ rollout_len); "
+                                                "buffer_size counts transitions, batch_size sequences")
+    burn_in: int = param(4, lo=0, doc="torso: lstm | gru: the first burn_in steps of a sequence only refresh the "
+                                      "stored hidden state (no loss, no gradient)")
     eps_start: float = param(1.0, lo=0.0, hi=1.0)
     eps_end: float = param(0.05, lo=0.0, hi=1.0)
     eps_decay_frac: float = param(0.5, lo=0.0, hi=1.0, lo_open=True)

@@ -29,6 +29,7 @@ from rmtjax.guard import lr_in_force, with_lr
 from rmtjax.networks import ActorNet, CriticNet, per_dtype
 from rmtjax.networks.actor_critic import PPO_TORSOS
 from rmtjax.networks.distributions import gaussian_entropy, gaussian_log_prob
+from rmtjax.networks.recurrent import RNN_TORSOS
 from rmtjax.precision import PrecisionState, Step, ema, summarize
 from rmtjax.protocol import Categorical, Gaussian, Learner, Signals, hparam
 from rmtjax.schema import ConfigError, Section, param
@@ -51,9 +52,13 @@ class PPOConfig(Section):
     normalize_advantages: bool = param(True, doc="normalise advantages per minibatch (over all devices' shares)")
     hidden: tuple[int, ...] = param((64, 64), lo=1, doc="hidden layer widths of actor and critic (after the "
                                                         "convolutions with torso: nature_cnn)")
-    torso: str = param("mlp", choices=PPO_TORSOS, doc="mlp, or nature_cnn: Mnih et al. 2015's three convolutions "
-                                                      "before the dense layers, one stack each in the actor and the "
-                                                      "critic (image observations; give hidden: [512])")
+    torso: str = param("mlp", choices=PPO_TORSOS + RNN_TORSOS,
+                       doc="mlp, or nature_cnn: Mnih et al. 2015's three convolutions before the dense layers, one "
+                           "stack each in the actor and the critic (image observations; give hidden: [512]); lstm "
+                           "or gru: the dense layers, then a recurrent cell of width rnn_width, in the actor and "
+                           "the critic (hidden state carried through the rollout, reset at episode ends, truncated "
+                           "BPTT over the rollout, minibatches of whole env sequences)")
+    rnn_width: int = param(128, lo=1, doc="torso: lstm | gru: width of the recurrent cell (its hidden state)")
     activation: str = param("tanh", choices=("tanh", "relu", "gelu", "silu", "elu"))
     init_log_std: float = param(0.0, lo=-5.0, hi=2.0, doc="continuous actions: initial log std")
 
@@ -67,6 +72,9 @@ class PPOConfig(Section):
         if batch % self.num_minibatches:
             raise ConfigError(f"agent.num_minibatches: {self.num_minibatches} must divide env.num_envs × "
                               f"agent.rollout_len = {batch}")
+        if self.torso in RNN_TORSOS and env.num_envs % self.num_minibatches:
+            raise ConfigError(f"agent.num_minibatches: {self.num_minibatches} must divide env.num_envs = "
+                              f"{env.num_envs} with torso: {self.torso} (a minibatch is whole env sequences)")
         if train.total_steps < batch:
             raise ConfigError(f"train.total_steps: {train.total_steps} is less than one iteration "
                               f"(env.num_envs × agent.rollout_len = {batch})")
@@ -158,6 +166,10 @@ class PPO(Agent):
         return self.actors[jnp.dtype(dtype)].apply(params["actor"], obs), \
             self.critics[jnp.dtype(dtype)].apply(params["critic"], obs)
 
+    def _forward_batch(self, params, mb, dtype):
+        """(actor output, value) of a minibatch's observations (a recurrent PPO unrolls its sequences)."""
+        return self._forward(params, mb["obs"], dtype)
+
     def _normalize(self, adv):
         """Advantages with zero mean and unit standard deviation over the minibatch; on several
         devices the statistics are over all the devices' shares (the global minibatch)."""
@@ -174,7 +186,7 @@ class PPO(Agent):
         c = self.cfg
 
         def loss_fn(params, dtype):
-            actor_out, value = self._forward(params, mb["obs"], dtype)
+            actor_out, value = self._forward_batch(params, mb, dtype)
             log_prob, entropy = self._log_prob_entropy(actor_out, mb["action"])
             adv = mb["advantage"]
             if c.normalize_advantages:

@@ -31,6 +31,7 @@ from rmtjax.agents.base import Agent, hparam_metrics
 from rmtjax.envs import VecEnvState, episode_metrics
 from rmtjax.guard import lr_in_force, with_lr
 from rmtjax.networks import QHead, QNetwork, make_torso, per_dtype
+from rmtjax.networks.recurrent import RNN_TORSOS
 from rmtjax.precision import PrecisionState, summarize
 from rmtjax.protocol import Learner, Signals, hparam
 from rmtjax.schema import ConfigError, Section, param
@@ -66,11 +67,12 @@ class PQNConfig(Section):
                                                                   "precision.clip_decay_to)")
     optimizer: str = param("radam", choices=tuple(OPTIMIZERS), doc="optax optimiser (PQN's reference uses "
                                                                    "RAdam)")
-    torso: str = param("mlp", choices=("mlp", "cnn", "nature_cnn"), doc="mlp: dense layers of widths `hidden`; cnn: "
-                                                                        "the MinAtar CNN (image observations) with one "
-                                                                        "dense layer of width hidden[0]; nature_cnn: "
-                                                                        "Mnih et al. 2015's convolutions, then dense "
-                                                                        "layers of widths `hidden` ([512])")
+    torso: str = param("mlp", choices=("mlp", "cnn", "nature_cnn") + RNN_TORSOS,
+                       doc="mlp: dense layers of widths `hidden`; cnn: the MinAtar CNN (image observations) with one "
+                           "dense layer of width hidden[0]; nature_cnn: Mnih et al. 2015's convolutions, then dense "
+                           "layers of widths `hidden` ([512]); lstm or gru: the dense layers, then a recurrent cell "
+                           "of width rnn_width (truncated BPTT over the rollout, minibatches of whole env sequences)")
+    rnn_width: int = param(128, lo=1, doc="torso: lstm | gru: width of the recurrent cell (its hidden state)")
     hidden: tuple[int, ...] = param((128, 128), lo=1, doc="mlp: hidden widths; cnn: one width, of the dense "
                                                           "layer after the convolution")
     activation: str = param("relu", choices=("relu", "tanh", "gelu", "silu", "elu"), doc="hidden activation")
@@ -93,6 +95,9 @@ class PQNConfig(Section):
         if batch % self.num_minibatches:
             raise ConfigError(f"agent.num_minibatches: {self.num_minibatches} must divide env.num_envs × "
                               f"agent.rollout_len = {batch}")
+        if self.torso in RNN_TORSOS and env.num_envs % self.num_minibatches:
+            raise ConfigError(f"agent.num_minibatches: {self.num_minibatches} must divide env.num_envs = "
+                              f"{env.num_envs} with torso: {self.torso} (a minibatch is whole env sequences)")
         if train.total_steps < batch:
             raise ConfigError(f"train.total_steps: {train.total_steps} is less than one iteration "
                               f"(env.num_envs × agent.rollout_len = {batch})")
@@ -147,17 +152,18 @@ class PQN(Agent):
 
     def __init__(self, config):
         super().__init__(config)
-        c, spec = self.cfg, self.spec
-
-        def net(dtype):
-            torso = make_torso(c.torso, c.hidden, c.activation, c.layer_norm, dtype)
-            return QNetwork(torso, QHead(spec.num_actions, False, dtype))
-
+        c = self.cfg
         # one module per compute dtype (same float32 parameters); `net` is the float32 one
-        self.nets = per_dtype(net, self.precision.dtypes)
+        self.nets = per_dtype(self._q_network, self.precision.dtypes)
         self.net = self.nets[jnp.dtype(jnp.float32)]
         # the clip is the guard's; the lr is injected each iteration (the decay)
         self.tx = self.guarded(optax.inject_hyperparams(OPTIMIZERS[c.optimizer])(learning_rate=c.lr))
+
+    def _q_network(self, dtype):
+        """The Q-network computing in `dtype`."""
+        c = self.cfg
+        torso = make_torso(c.torso, c.hidden, c.activation, c.layer_norm, dtype)
+        return QNetwork(torso, QHead(self.spec.num_actions, False, dtype))
 
     @property
     def steps_per_iteration(self) -> int:

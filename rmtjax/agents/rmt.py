@@ -50,6 +50,7 @@ from rmtjax.agents.base import Agent, hparam_metrics
 from rmtjax.envs import VecEnvState, episode_metrics
 from rmtjax.guard import lr_in_force, with_lr
 from rmtjax.networks import TORSOS, PerDimQHead, QHead, QNetwork, make_torso, per_dtype
+from rmtjax.networks.recurrent import RNN_TORSOS
 from rmtjax.precision import PrecisionState, Step, ema, finite_abs, summarize
 from rmtjax.protocol import Categorical, Learner, Signals, hparam
 from rmtjax.schema import ConfigError, Section, param
@@ -88,9 +89,16 @@ class RMTConfig(Section):
     max_grad_norm: float = param(0.5, lo=0.0, doc="global-norm gradient clip (initial; see precision.clip_decay_to); "
                                                   "0: no clipping")
     # network
-    torso: str = param("fractal", choices=TORSOS, doc="mlp, fractal, residual, cnn (the MinAtar CNN) or nature_cnn "
-                                                       "(Mnih et al. 2015's three convolutions, then dense layers "
-                                                       "of widths `hidden`: [512] in the paper)")
+    torso: str = param("fractal", choices=TORSOS + RNN_TORSOS,
+                       doc="mlp, fractal, residual, cnn (the MinAtar CNN) or nature_cnn (Mnih et al. 2015's three "
+                           "convolutions, then dense layers of widths `hidden`: [512] in the paper); lstm or gru: "
+                           "dense layers of widths `hidden`, then a recurrent cell of width rnn_width, learning from "
+                           "stored sequences with their hidden state and a burn-in (R2D2; replay: uniform, n_step: 1)")
+    rnn_width: int = param(128, lo=1, doc="torso: lstm | gru: width of the recurrent cell (its hidden state)")
+    seq_len: int = param(16, lo=2, hi=4096, doc="torso: lstm | gru: steps per stored sequence (the env's last seq_len "
+                                                "steps, stored every iteration; ≥ rollout_len)")
+    burn_in: int = param(4, lo=0, doc="torso: lstm | gru: the first burn_in steps of a sequence only refresh the "
+                                      "stored hidden state (no loss, no gradient)")
     hidden: tuple[int, ...] = param((128, 128), lo=1, doc="MLP widths, or (width,) × blocks for fractal/residual, "
                                                           "or the dense widths after nature_cnn's convolutions")
     activation: str = param("relu", choices=("relu", "tanh", "gelu", "silu", "elu"))
@@ -166,6 +174,8 @@ class RMTConfig(Section):
             raise ConfigError(f"train.total_steps: {train.total_steps} is less than one iteration ({per_iter})")
         if self.replay == "hierarchical":
             self._validate_levels(per_iter)
+        if self.torso in RNN_TORSOS:
+            self._check_recurrent(env)
         if self.torso in ("cnn", "nature_cnn"):
             from rmtjax.envs import env_spec
             from rmtjax.networks import check_image_torso
@@ -177,6 +187,28 @@ class RMTConfig(Section):
                     raise ConfigError(f"agent.demonstrations: env.{flag} is on; demonstrations hold raw observations "
                                       f"and rewards, which running statistics would not match")
             load_demonstrations(self, env)
+
+    def _check_recurrent(self, env):
+        """What a recurrent torso needs (`rmtjax.agents.r2d2`): whole sequences in a uniform replay."""
+        why = f"with agent.torso: {self.torso} (sequences of seq_len steps are stored whole"
+        if self.replay != "uniform":
+            raise ConfigError(f"agent.replay: {self.replay!r} {why}; tiered and prioritized replay rank single "
+                              f"transitions): set agent.replay: uniform")
+        if self.n_step != 1:
+            raise ConfigError(f"agent.n_step: {self.n_step} {why}, with one-step targets inside them): set "
+                              f"agent.n_step: 1")
+        if self.demonstrations:
+            raise ConfigError(f"agent.demonstrations: not supported {why}; demonstrations are single transitions)")
+        if self.rollout_len > self.seq_len:
+            raise ConfigError(f"agent.seq_len: {self.seq_len} is shorter than agent.rollout_len {self.rollout_len} "
+                              f"{why}, one per env per iteration: every step must be in one)")
+        if self.burn_in >= self.seq_len:
+            raise ConfigError(f"agent.burn_in: {self.burn_in} leaves no step of agent.seq_len {self.seq_len} to learn "
+                              f"from")
+        if self.buffer_size // self.seq_len < max(self.batch_size, env.num_envs):
+            raise ConfigError(f"agent.buffer_size: {self.buffer_size} holds {self.buffer_size // self.seq_len} "
+                              f"sequences of agent.seq_len {self.seq_len}; it must hold agent.batch_size "
+                              f"({self.batch_size} sequences) and one iteration's {env.num_envs} (env.num_envs)")
 
 
     def level_capacities(self) -> tuple[int, int, int]:
@@ -292,14 +324,8 @@ class RMT(Agent):
             self.num_dims = int(np.prod(spec.action_shape))
             self.action_values = np.linspace(spec.action_low.reshape(-1), spec.action_high.reshape(-1), c.bins).T
 
-        def net(dtype):
-            torso = make_torso(c.torso, c.hidden, c.activation, c.layer_norm, dtype)
-            head = (PerDimQHead(self.num_dims, c.bins, c.dueling, dtype) if self.per_dim
-                    else QHead(spec.num_actions, c.dueling, dtype))
-            return QNetwork(torso, head)
-
         # one module per compute dtype (same float32 parameters); `net` is the float32 one
-        self.nets = per_dtype(net, self.precision.dtypes)
+        self.nets = per_dtype(self._q_network, self.precision.dtypes)
         self.net = self.nets[jnp.dtype(jnp.float32)]
         self.num_updates = max(1, round(c.updates_per_step * config.env.num_envs * c.rollout_len))
         optimizer = optax.adam if c.optimizer == "adam" else (lambda learning_rate: optax.rmsprop(learning_rate, **RMSPROP))
@@ -322,6 +348,17 @@ class RMT(Agent):
         if cls.settings(config.agent).replay == "hierarchical":
             raise ConfigError("agent.replay: hierarchical moves items between a device and the host of one process; "
                               "it does not run on several devices yet (set distributed.devices: 1 or use tiered)")
+
+    def _q_network(self, dtype):
+        """The Q-network computing in `dtype`."""
+        c = self.cfg
+        torso = make_torso(c.torso, c.hidden, c.activation, c.layer_norm, dtype)
+        return QNetwork(torso, self._q_head(dtype))
+
+    def _q_head(self, dtype):
+        c = self.cfg
+        return (PerDimQHead(self.num_dims, c.bins, c.dueling, dtype) if self.per_dim
+                else QHead(self.spec.num_actions, c.dueling, dtype))
 
     @staticmethod
     def settings(agent_cfg) -> RMTConfig:

@@ -23,6 +23,9 @@ An adapter is a module with `has(name) -> bool`, `names() -> list[str]` and
 `make(name, env_cfg) -> VecEnv`; its package is imported only when an id with its prefix is
 used, so a missing optional extra costs nothing until then.
 
+rmtjax's own ids (no prefix): `CartPole-masked-v1`, CartPole-v1 with the velocities hidden
+(`rmtjax.envs.masked`), a memory task.
+
 An environment of your own with gymnax's interface (e.g. a subclass of
 `gymnax.environments.environment.Environment`) is trained by registering it under an id:
 `register_env("MyEnv-v0", MyEnv)` (a class or factory called with no arguments, or an instance),
@@ -73,6 +76,16 @@ _ADAPTERS = {
 # ids registered by the user (`register_env`): id -> a function giving (env, default params)
 _CUSTOM: dict = {}
 
+# rmtjax's own gymnax-style environments (ids without a prefix): id -> "module:Class"
+_OWN = {"CartPole-masked-v1": "rmtjax.envs.masked:MaskedCartPole"}
+
+
+def _own_env(env_id: str):
+    """(env, default params) of one of rmtjax's own ids."""
+    module, name = _OWN[env_id].split(":")
+    env = getattr(importlib.import_module(module), name)()
+    return env, env.default_params
+
 
 def register_env(env_id: str, env) -> str:
     """Make the gymnax-style environment `env` trainable under the id `env_id` (no prefix, not a
@@ -84,8 +97,10 @@ def register_env(env_id: str, env) -> str:
     if not isinstance(env_id, str) or not env_id or ":" in env_id or env_id.strip() != env_id:
         raise ConfigError(f"register_env: {env_id!r} is not a usable id: give a name without ':' or spaces at "
                           f"its ends, e.g. 'MyEnv-v0' (':' marks another suite's prefix)")
-    if env_id in _gymnax_ids():
-        raise ConfigError(f"register_env: {env_id!r} is a gymnax id already; choose another name")
+    if env_id in _gymnax_ids() or env_id in _OWN:
+        raise ConfigError(f"register_env: {env_id!r} is a gymnax id already; choose another name"
+                          if env_id not in _OWN else f"register_env: {env_id!r} is an id of rmtjax's own; choose "
+                                                     f"another name")
     if isinstance(env, type) or not hasattr(env, "step"):
         if not callable(env):
             raise ConfigError(f"register_env({env_id!r}, ...): expected an environment with gymnax's interface "
@@ -124,6 +139,8 @@ def default_env_params(env_id: str):
     """The default parameters of a gymnax or registered environment (no prefix)."""
     if env_id in _CUSTOM:
         return _custom_env(env_id)[1]
+    if env_id in _OWN:
+        return _own_env(env_id)[1]
     import gymnax
 
     return gymnax.make(env_id)[1]
@@ -169,9 +186,9 @@ def check_env_id(env_id: str) -> None:
     prefix, name = split_id(env_id)
     if prefix is None:
         ids = _gymnax_ids()
-        if env_id in ids or env_id in _CUSTOM:
+        if env_id in ids or env_id in _CUSTOM or env_id in _OWN:
             return
-        ids = ids + registered_envs()
+        ids = ids + sorted(_OWN) + registered_envs()
         hint = ""
         try:  # an id that only gymnasium has, given without its prefix
             from rmtjax.envs import gymnasium_env
@@ -199,7 +216,7 @@ def is_host_env(env_id: str) -> bool:
 def available_envs(adapters: bool = True) -> list[str]:
     """Every gymnax id and registered id (`register_env`), then (with `adapters`) the prefixed ids of each adapter whose package
     is installed. Importing an adapter's package can be slow (brax: seconds)."""
-    ids = _gymnax_ids() + registered_envs()
+    ids = _gymnax_ids() + sorted(_OWN) + registered_envs()
     if adapters:
         for prefix, adapter in sorted(_ADAPTERS.items()):
             try:
@@ -222,7 +239,8 @@ def make_env(env_cfg) -> VecEnv:
     import gymnax
     import jax.numpy as jnp
 
-    env, params = _custom_env(env_cfg.id) if env_cfg.id in _CUSTOM else gymnax.make(env_cfg.id)
+    env, params = (_custom_env(env_cfg.id) if env_cfg.id in _CUSTOM else _own_env(env_cfg.id) if env_cfg.id in _OWN
+                   else gymnax.make(env_cfg.id))
     if env_cfg.params:
         checked = check_env_params(env_cfg.id, params, env_cfg.params)
         params = params.replace(**{k: jnp.asarray(v, jnp.asarray(getattr(params, k)).dtype) if isinstance(v, list) else v

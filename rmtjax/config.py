@@ -130,7 +130,7 @@ class Config:
         if not self.transfer.is_default:
             from rmtjax.transfer import check_agent
 
-            check_agent(self.algo, agent_class(self.algo), self.transfer)
+            check_agent(self.algo, agent_class(self.algo), self.transfer, torso=getattr(self.agent, "torso", None))
 
     # -- construction -------------------------------------------------------------------
     @classmethod

@@ -320,7 +320,8 @@ def resolve_source(config: Config, init_from) -> "transfer.Source | None":
             raise ConfigError("transfer: freeze, unfreeze, kl_coef and reinit act on a source's parameters; give "
                               "one: train(config, key, init_from=RUN_DIR or params), or rmtjax train --init-from RUN_DIR")
         return None
-    transfer.check_agent(config.algo, agent_class(config.algo), cfg, init_from=True)
+    transfer.check_agent(config.algo, agent_class(config.algo), cfg, init_from=True,
+                         torso=getattr(config.agent, "torso", None))
     seeds = config.train.num_seeds
     if isinstance(init_from, (str, os.PathLike)):
         source = load_run(init_from)

@@ -102,8 +102,13 @@ def matches(name: str, group: str) -> bool:
     return group == name or group.startswith(name + "/")
 
 
-def check_agent(algo: str, agent_cls, cfg: TransferConfig, init_from: bool = False) -> None:
-    """Refuse transfer settings the agent cannot honour (it declares no groups or no policy)."""
+def check_agent(algo: str, agent_cls, cfg: TransferConfig, init_from: bool = False, torso: str | None = None) -> None:
+    """Refuse transfer settings the agent cannot honour (it declares no groups or no policy, or
+    its torso is recurrent: `torso`, the agent section's, when known)."""
+    if torso in ("lstm", "gru") and (init_from or not cfg.is_default):
+        raise ConfigError(f"transfer: agent.torso: {torso}: recurrent agents cannot be transferred yet (their "
+                          f"parameter groups and the KL to a source policy need the memory unrolled); use a "
+                          f"feed-forward torso")
     if (cfg.staged or cfg.reinit or init_from) and not hasattr(agent_cls, "param_groups"):
         raise ConfigError(f"transfer: {algo} declares no parameter groups (param_groups, rmtjax.protocol), so it "
                           f"cannot be transferred; ppo, rmt and dqn can")

@@ -294,6 +294,10 @@ def test_names_of_no_group_transfer_without_a_source_and_unsupported_agents_are_
         rmtjax.make_config("sac", "Pendulum-v1", {"transfer.freeze": ["torso"]})
     with pytest.raises(ConfigError, match=r"trained ppo, this run is rmt"):
         resolve_source(rmtjax.make_config("rmt", "CartPole-v1", RMT_TINY), ppo_source["path"])
+    with pytest.raises(ConfigError, match=r"agent.torso: lstm: recurrent agents cannot be transferred"):
+        rmtjax.make_config("ppo", "CartPole-v1", {**PPO_TINY, "agent.torso": "lstm", "transfer.kl_coef": 0.1})
+    with pytest.raises(ConfigError, match=r"agent.torso: gru: recurrent agents cannot be transferred"):
+        resolve_source(rmtjax.make_config("ppo", "CartPole-v1", {**PPO_TINY, "agent.torso": "gru"}), ppo_source["path"])
 
 
 def test_the_transfer_section_is_listed_and_left_out_of_configs_that_do_not_use_it(capsys):

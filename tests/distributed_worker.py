@@ -197,8 +197,10 @@ def learn(fusion: str, steps: int) -> dict:
         "train.total_steps": steps, "train.num_seeds": 2, "train.progress": False, "train.num_chunks": 1,
         "distributed.devices": 4, "distributed.fusion": fusion, **small})
     r = rmtjax.train(cfg, jax.random.key(0))
+    late = r.metrics["episode_return"][:, -max(1, r.metrics["episode_return"].shape[1] // 10):]
     return {"final_return": r.final_return.tolist(), "env_steps": r.env_steps,
-            "episode_return_last": r.metrics["episode_return"][:, -1].tolist()}
+            "episode_return_last": r.metrics["episode_return"][:, -1].tolist(),
+            "late_mean": late.mean(axis=1).tolist()}
 
 
 def multihost(port: int, process_id: int) -> dict:

@@ -204,9 +204,11 @@ class RecurrentRMT(RMT):
         q = self._q_of(flat(q_all), flat(rest["action"])).reshape(shape)
         return jax.lax.stop_gradient(target) - q, q, rest["valid"].astype(jnp.float32)
 
-    def gradient_step(self, params, target_params, opt_state, prec_state, batch, weight, gamma, clip):
+    def gradient_step(self, params, target_params, opt_state, prec_state, batch, weight, gamma, clip,
+                      temperature=None):
         """One guarded step on a minibatch of sequences; `aux` is (|TD| mean per sequence [B], Q mean
-        per sequence [B]) over the steps that carry a loss."""
+        per sequence [B]) over the steps that carry a loss. `temperature` (RMT's transfer KL) is not
+        used: transfer refuses recurrent agents."""
 
         def loss_fn(p, dtype):
             td, q, mask = self._sequence_td(p, target_params, batch, gamma, dtype)

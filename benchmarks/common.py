@@ -69,6 +69,10 @@ def write_table(name: str, title: str, header: list[str], rows: list[list], note
 
 
 def _git_rev() -> str:
+    """HEAD's short hash; a copy of the tree without its .git (e.g. sent to a remote GPU machine)
+    names its commit in RMTJAX_GIT_REV."""
+    if os.environ.get("RMTJAX_GIT_REV"):
+        return os.environ["RMTJAX_GIT_REV"]
     try:
         return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True,
                                        cwd=Path(__file__).parent).strip()

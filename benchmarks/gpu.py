@@ -28,6 +28,9 @@ import numpy as np
 import rmtjax
 from benchmarks.common import RESULTS, compile_and_time, write_table
 
+# the docstring's paragraph on what the rows are, as the results file's note
+_ROWS_NOTE = next(par for par in __doc__.split("\n\n") if par.startswith("Rows:"))
+
 
 @dataclasses.dataclass(frozen=True)
 class Case:
@@ -96,7 +99,7 @@ def main(argv=None) -> Path:
     t0 = time.perf_counter()
 
     def write():
-        notes = (f"{__doc__.split(chr(10) + chr(10))[1]}\n\nDevice: {dev.platform} ({dev.device_kind}), "
+        notes = (f"{_ROWS_NOTE}\n\nDevice: {dev.platform} ({dev.device_kind}), "
                  f"{jax.device_count()} device(s); whole script {time.perf_counter() - t0:.0f} s so far"
                  f"{'' if len(rows) + len(skipped) < len(todo) else ' (finished)'}.")
         if skipped:

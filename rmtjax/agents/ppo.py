@@ -236,6 +236,22 @@ class PPO(Agent):
         batch["advantage"] = advantages.reshape(-1)
         batch["target"] = targets.reshape(-1)
 
+        def epoch_minibatches(k):
+            perm = jax.random.permutation(k, T * N)
+            return jax.tree.map(lambda x: x[perm].reshape((c.num_minibatches, -1) + x.shape[1:]), batch)
+
+        learned, key, metrics = self._learn(state, key, t, epoch_minibatches)
+        new_state = state.replace(env_state=env_state, obs=obs, key=key, **learned)
+        metrics = {"env_steps": self.env_steps_after(t), **episode_metrics(state.env_state, env_state), **metrics}
+        return new_state, metrics
+
+    def _learn(self, state: PPOState, key, t, epoch_minibatches, prepare=lambda mb: mb):
+        """The learning phase of iteration `t`, the same for every PPO variant: `num_epochs`
+        passes, each over the minibatches `epoch_minibatches(k)` stacks on a leading axis (a
+        fresh key `k` per epoch), each minibatch given to `minibatch_step` after `prepare`, at
+        the learning rate and clip threshold in force. -> (the state's new params, opt_state,
+        precision and value_loss_ema as a dict, the key after the epochs' split, metrics)."""
+        c, hp, prec = self.cfg, state.hparams, self.precision
         progress = self.progress(t)
         lr = lr_in_force(hp.lr, progress, 0.0 if c.anneal_lr else 1.0)
         clip = prec.clip_threshold(hp.max_grad_norm, progress)
@@ -243,27 +259,21 @@ class PPO(Agent):
 
         def update_minibatch(carry, mb):
             params, opt_state, prec_state = carry
-            out = self.minibatch_step(params, opt_state, prec_state, mb, hp, clip)
+            out = self.minibatch_step(params, opt_state, prec_state, prepare(mb), hp, clip)
             return (out.params, out.opt_state, out.precision), {**out.aux, **out.stats}
 
         def update_epoch(carry, k):
-            perm = jax.random.permutation(k, T * N)
-            mbs = jax.tree.map(lambda x: x[perm].reshape((c.num_minibatches, -1) + x.shape[1:]), batch)
-            return jax.lax.scan(update_minibatch, carry, mbs)
+            return jax.lax.scan(update_minibatch, carry, epoch_minibatches(k))
 
         key, k_epochs = jax.random.split(key)
         (params, opt_state, prec_state), aux = jax.lax.scan(
             update_epoch, (state.params, opt_state, state.precision), jax.random.split(k_epochs, c.num_epochs))
         stats = summarize(aux)  # means over the updates the guard accepted
         value_loss_ema = ema(state.value_loss_ema, stats["value_loss"], stats["skipped_frac"] < 1.0)
-
-        env_steps = self.env_steps_after(t)
-        new_state = state.replace(params=params, opt_state=opt_state, env_state=env_state, obs=obs,
-                                  value_loss_ema=value_loss_ema, precision=prec_state, key=key)
-        metrics = {"env_steps": env_steps, **episode_metrics(state.env_state, env_state), **stats,
-                   "value_loss_ema": value_loss_ema, **hparam_metrics(hp), "lr_in_force": lr,
+        learned = dict(params=params, opt_state=opt_state, precision=prec_state, value_loss_ema=value_loss_ema)
+        metrics = {**stats, "value_loss_ema": value_loss_ema, **hparam_metrics(hp), "lr_in_force": lr,
                    **prec.metrics(prec_state, clip)}
-        return new_state, metrics
+        return learned, key, metrics
 
     # -- the protocol --------------------------------------------------------------------------
     @classmethod

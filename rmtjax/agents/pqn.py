@@ -184,12 +184,46 @@ class PQN(Agent):
         """Greedy action [B] (argmax of Q, in float32)."""
         return jnp.argmax(self.q_values(params, obs), axis=-1)
 
+    def _schedule(self, hp: PQNHParams, t):
+        """(ε, learning rate, clip threshold) in force at iteration `t`."""
+        progress = self.progress(t)
+        return (exploration.linear_schedule(hp.eps_start, hp.eps_end, progress, self.cfg.eps_decay_frac),
+                lr_in_force(hp.lr, progress, self.cfg.lr_end_frac),
+                self.precision.clip_threshold(hp.max_grad_norm, progress))
+
+    def _learn(self, state: PQNState, k_epochs, lr, clip, loss_fn, epoch_minibatches, prepare=lambda mb: mb):
+        """The learning phase every PQN variant shares: `num_epochs` passes, each over the
+        minibatches `epoch_minibatches(k)` stacks on a leading axis (a key `k` per epoch), each
+        minibatch prepared by `prepare` and taken by one guarded step of `loss_fn(params, mb,
+        dtype) -> (loss, aux)`. -> (params, opt_state, precision state, metrics summarised over
+        the accepted updates)."""
+        prec = self.precision
+        opt_state = with_lr(state.opt_state, lr)
+
+        def update_minibatch(carry, mb):
+            params, opt_state, prec_state = carry
+            mb = prepare(mb)
+            out = prec.step(prec_state, lambda p, dt: loss_fn(p, mb, dt), params, opt_state, self.tx, clip)
+            return (out.params, out.opt_state, out.precision), {"loss": out.loss, **out.aux, **out.stats}
+
+        def update_epoch(carry, k):
+            return jax.lax.scan(update_minibatch, carry, epoch_minibatches(k))
+
+        (params, opt_state, prec_state), aux = jax.lax.scan(
+            update_epoch, (state.params, opt_state, state.precision), jax.random.split(k_epochs, self.cfg.num_epochs))
+        return params, opt_state, prec_state, summarize(aux)  # means over the updates the guard accepted
+
+    def _metrics(self, state: PQNState, t, env_state, stats, targets, traj, epsilon, lr, prec_state, clip) -> dict:
+        """An iteration's metrics, the same for every PQN variant."""
+        return {"env_steps": self.env_steps_after(t), **episode_metrics(state.env_state, env_state), **stats,
+                "target_mean": targets.mean(), "q_max_mean": traj["q_max"].mean(),
+                "epsilon": epsilon, "lr_in_force": lr, "explore_frac": traj["explore"].mean(),
+                "nongreedy_frac": traj["nongreedy"].mean(), **hparam_metrics(state.hparams),
+                **self.precision.metrics(prec_state, clip)}
+
     def step(self, state: PQNState, t):
         c, hp, prec = self.cfg, state.hparams, self.precision
-        progress = self.progress(t)
-        epsilon = exploration.linear_schedule(hp.eps_start, hp.eps_end, progress, c.eps_decay_frac)
-        lr = lr_in_force(hp.lr, progress, c.lr_end_frac)
-        clip = prec.clip_threshold(hp.max_grad_norm, progress)
+        epsilon, lr, clip = self._schedule(hp, t)
 
         # 1. act
         def env_step(carry, k):
@@ -217,34 +251,19 @@ class PQN(Agent):
                  "action": traj["action"].reshape(-1), "target": targets.reshape(-1)}
 
         # 3. learn
-        opt_state = with_lr(state.opt_state, lr)
-
         def loss_fn(params, mb, dtype):
             q = jnp.take_along_axis(self.q_values(params, mb["obs"], dtype), mb["action"][:, None], axis=-1)[:, 0]
             err = q - mb["target"]
             return 0.5 * jnp.mean(err**2), {"q_mean": q.mean(), "td_abs": jnp.abs(err).mean()}
 
-        def update_minibatch(carry, mb):
-            params, opt_state, prec_state = carry
-            out = prec.step(prec_state, lambda p, dt: loss_fn(p, mb, dt), params, opt_state, self.tx, clip)
-            return (out.params, out.opt_state, out.precision), {"loss": out.loss, **out.aux, **out.stats}
-
-        def update_epoch(carry, k):
+        def epoch_minibatches(k):
             perm = jax.random.permutation(k, T * N)
-            mbs = jax.tree.map(lambda x: x[perm].reshape((c.num_minibatches, -1) + x.shape[1:]), batch)
-            return jax.lax.scan(update_minibatch, carry, mbs)
+            return jax.tree.map(lambda x: x[perm].reshape((c.num_minibatches, -1) + x.shape[1:]), batch)
 
-        (params, opt_state, prec_state), aux = jax.lax.scan(
-            update_epoch, (state.params, opt_state, state.precision), jax.random.split(k_epochs, c.num_epochs))
-        stats = summarize(aux)  # means over the updates the guard accepted
-
+        params, opt_state, prec_state, stats = self._learn(state, k_epochs, lr, clip, loss_fn, epoch_minibatches)
         new_state = state.replace(params=params, opt_state=opt_state, env_state=env_state, obs=obs,
                                   precision=prec_state, key=key)
-        metrics = {"env_steps": self.env_steps_after(t), **episode_metrics(state.env_state, env_state), **stats,
-                   "target_mean": targets.mean(), "q_max_mean": traj["q_max"].mean(),
-                   "epsilon": epsilon, "lr_in_force": lr, "explore_frac": traj["explore"].mean(),
-                   "nongreedy_frac": traj["nongreedy"].mean(), **hparam_metrics(hp), **prec.metrics(prec_state, clip)}
-        return new_state, metrics
+        return new_state, self._metrics(state, t, env_state, stats, targets, traj, epsilon, lr, prec_state, clip)
 
     # -- the protocol --------------------------------------------------------------------------
     def signals(self, metrics) -> Signals:

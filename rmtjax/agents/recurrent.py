@@ -28,14 +28,11 @@ import numpy as np
 from flax import struct
 
 from rmtjax import exploration
-from rmtjax.agents.base import hparam_metrics
 from rmtjax.agents.ppo import PPO, PPOState, gae
 from rmtjax.agents.pqn import PQN, PQNState, lambda_returns
 from rmtjax.envs import episode_metrics
-from rmtjax.guard import lr_in_force, with_lr
 from rmtjax.networks import QHead, per_dtype
 from rmtjax.networks.recurrent import PolicyHead, RecurrentNet, RecurrentTorso, ValueHead, after, initial_carry
-from rmtjax.precision import ema, summarize
 from rmtjax.schema import ConfigError
 
 SEQUENCE_KEYS = ("obs", "reset", "carry")  # minibatch fields kept as sequences [T, b] (the rest are flat [T*b])
@@ -169,31 +166,10 @@ class RecurrentPPO(PPO):
         seqs = {k: traj[k] for k in ("obs", "reset", "action", "log_prob", "value")}
         seqs.update(advantage=advantages, target=advantages + traj["value"], carry=state.carry)
 
-        progress = self.progress(t)
-        lr = lr_in_force(hp.lr, progress, 0.0 if c.anneal_lr else 1.0)
-        clip = prec.clip_threshold(hp.max_grad_norm, progress)
-        opt_state = with_lr(state.opt_state, lr)
-
-        def update_minibatch(carry, mb):
-            params, opt_state, prec_state = carry
-            out = self.minibatch_step(params, opt_state, prec_state, flat_minibatch(mb), hp, clip)
-            return (out.params, out.opt_state, out.precision), {**out.aux, **out.stats}
-
-        def update_epoch(carry, k):
-            return jax.lax.scan(update_minibatch, carry, env_minibatches(k, seqs, c.num_minibatches))
-
-        key, k_epochs = jax.random.split(key)
-        (params, opt_state, prec_state), aux = jax.lax.scan(
-            update_epoch, (state.params, opt_state, state.precision), jax.random.split(k_epochs, c.num_epochs))
-        stats = summarize(aux)
-        value_loss_ema = ema(state.value_loss_ema, stats["value_loss"], stats["skipped_frac"] < 1.0)
-
-        new_state = state.replace(params=params, opt_state=opt_state, env_state=env_state, obs=obs,
-                                  value_loss_ema=value_loss_ema, precision=prec_state, key=key, carry=rnn,
-                                  reset=reset)
-        metrics = {"env_steps": self.env_steps_after(t), **episode_metrics(state.env_state, env_state), **stats,
-                   "value_loss_ema": value_loss_ema, **hparam_metrics(hp), "lr_in_force": lr,
-                   **prec.metrics(prec_state, clip)}
+        learned, key, metrics = self._learn(
+            state, key, t, lambda k: env_minibatches(k, seqs, c.num_minibatches), prepare=flat_minibatch)
+        new_state = state.replace(env_state=env_state, obs=obs, key=key, carry=rnn, reset=reset, **learned)
+        metrics = {"env_steps": self.env_steps_after(t), **episode_metrics(state.env_state, env_state), **metrics}
         return new_state, metrics
 
 
@@ -247,10 +223,7 @@ class RecurrentPQN(PQN):
 
     def step(self, state: RecurrentPQNState, t):
         c, hp, prec = self.cfg, state.hparams, self.precision
-        progress = self.progress(t)
-        epsilon = exploration.linear_schedule(hp.eps_start, hp.eps_end, progress, c.eps_decay_frac)
-        lr = lr_in_force(hp.lr, progress, c.lr_end_frac)
-        clip = prec.clip_threshold(hp.max_grad_norm, progress)
+        epsilon, lr, clip = self._schedule(hp, t)
 
         # 1. act, carrying the hidden state
         def env_step(carry, k):
@@ -283,8 +256,6 @@ class RecurrentPQN(PQN):
                 "carry": state.carry}
 
         # 3. learn: each minibatch is whole env sequences, unrolled from the rollout's first hidden state
-        opt_state = with_lr(state.opt_state, lr)
-
         def loss_fn(params, mb, dtype):
             _, q_all, _ = self.q_sequence(params, mb["carry"], mb["obs"], mb["reset"], dtype)
             q_all = q_all.reshape((-1, q_all.shape[-1]))
@@ -292,23 +263,9 @@ class RecurrentPQN(PQN):
             err = q - mb["target"]
             return 0.5 * jnp.mean(err**2), {"q_mean": q.mean(), "td_abs": jnp.abs(err).mean()}
 
-        def update_minibatch(carry, mb):
-            params, opt_state, prec_state = carry
-            mb = flat_minibatch(mb)
-            out = prec.step(prec_state, lambda p, dt: loss_fn(p, mb, dt), params, opt_state, self.tx, clip)
-            return (out.params, out.opt_state, out.precision), {"loss": out.loss, **out.aux, **out.stats}
-
-        def update_epoch(carry, k):
-            return jax.lax.scan(update_minibatch, carry, env_minibatches(k, seqs, c.num_minibatches))
-
-        (params, opt_state, prec_state), aux = jax.lax.scan(
-            update_epoch, (state.params, opt_state, state.precision), jax.random.split(k_epochs, c.num_epochs))
-        stats = summarize(aux)
-
+        params, opt_state, prec_state, stats = self._learn(
+            state, k_epochs, lr, clip, loss_fn, lambda k: env_minibatches(k, seqs, c.num_minibatches),
+            prepare=flat_minibatch)
         new_state = state.replace(params=params, opt_state=opt_state, env_state=env_state, obs=obs,
                                   precision=prec_state, key=key, carry=rnn, reset=reset)
-        metrics = {"env_steps": self.env_steps_after(t), **episode_metrics(state.env_state, env_state), **stats,
-                   "target_mean": targets.mean(), "q_max_mean": traj["q_max"].mean(),
-                   "epsilon": epsilon, "lr_in_force": lr, "explore_frac": traj["explore"].mean(),
-                   "nongreedy_frac": traj["nongreedy"].mean(), **hparam_metrics(hp), **prec.metrics(prec_state, clip)}
-        return new_state, metrics
+        return new_state, self._metrics(state, t, env_state, stats, targets, traj, epsilon, lr, prec_state, clip)

@@ -141,8 +141,8 @@ class RMTConfig(Section):
     init_temperature: float = param(1.0, lo=1e-3, hi=1e3)
     # demonstrations (rmtjax.replay.demonstrations; DQfD-style)
     demonstrations: str = param("", doc="path of an .npz of demonstration transitions (obs, action, reward, "
-                                        "terminated, truncated, next_obs), kept apart from the replay and never "
-                                        "evicted; '' for none")
+                                        "terminated, truncated, next_obs) or minari:<dataset_id> (a local Minari "
+                                        "dataset), kept apart from the replay and never evicted; '' for none")
     demo_share: float = param(0.25, lo=0.0, hi=1.0, doc="with demonstrations: share of each minibatch drawn from "
                                                         "them at the start of training")
     demo_share_end: float = param(0.0, lo=0.0, hi=1.0, doc="the share once demo_decay_frac of training is done")

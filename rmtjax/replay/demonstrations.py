@@ -12,7 +12,15 @@ A demonstration file is an `.npz` with one row per transition:
 | `next_obs` | [D, *obs_shape] | the observation the step ended in (before any reset) |
 
 `save` writes such a file; `load` reads one back and checks it against the env, naming the key
-and the shape that disagree. The agents keep the transitions apart from the replay, in a
+and the shape that disagree.
+
+`load` also reads a Minari dataset (`minari:<dataset_id>`, the `minari` extra): each episode's
+observations [T+1], actions, rewards, terminations and truncations [T] become T transitions
+(`next_obs` the observation after each step). The dataset must be on this machine already,
+where Minari keeps datasets (`MINARI_DATASETS_PATH`, default `~/.minari/datasets`; fetch one with
+`minari download <dataset_id>`): reading a run's config never goes to the network. Only array
+observations and actions (Box, Discrete) are read; `from_minari` gives the arrays, to `save` as
+an `.npz` or to inspect. The agents keep the transitions apart from the replay, in a
 protected store that is never evicted, and draw a scheduled share of each minibatch from it
 (`rmtjax.agents.rmt`: `agent.demonstrations`, `agent.demo_share`, ...).
 """
@@ -27,6 +35,7 @@ import numpy as np
 from rmtjax.schema import ConfigError
 
 KEYS = ("obs", "action", "reward", "terminated", "truncated", "next_obs")
+MINARI = "minari:"  # the prefix of a Minari dataset id in agent.demonstrations
 MAX_BYTES = 4 << 30  # a demonstration file is held in memory (once per seed on the device)
 
 
@@ -44,16 +53,9 @@ def save(path, *, obs, action, reward, terminated, truncated, next_obs) -> Path:
     return path
 
 
-def load(path, *, obs_shape: tuple, discrete: bool, num_actions: int = 0, action_shape: tuple = (),
-         action_low=None, action_high=None, reward_scale: float = 1.0, reward_clip: float = 0.0,
-         key: str = "agent.demonstrations") -> dict[str, np.ndarray]:
-    """The transitions of the file at `path`, checked against the env (obs shape, action
-    space) and with the env's static reward transform applied. Errors are `ConfigError`s that
-    name `key`, the file and what is wrong."""
-    path = Path(os.path.expanduser(str(path)))
-    where = f"{key}: {path}"
+def _read_npz(path: Path, where: str) -> dict[str, np.ndarray]:
     if not path.is_file():
-        raise ConfigError(f"{where}: no such file (an .npz with {', '.join(KEYS)})")
+        raise ConfigError(f"{where}: no such file (an .npz with {', '.join(KEYS)}, or {MINARI}<dataset id>)")
     if path.stat().st_size > MAX_BYTES:
         raise ConfigError(f"{where}: {path.stat().st_size:,} bytes; demonstrations are held in memory, "
                           f"at most {MAX_BYTES:,} bytes")
@@ -62,11 +64,69 @@ def load(path, *, obs_shape: tuple, discrete: bool, num_actions: int = 0, action
             missing = [k for k in KEYS if k not in z.files]
             if missing:
                 raise ConfigError(f"{where}: missing {', '.join(missing)} (it has {', '.join(z.files) or 'nothing'})")
-            data = {k: np.asarray(z[k]) for k in KEYS}
+            return {k: np.asarray(z[k]) for k in KEYS}
     except ConfigError:
         raise
     except (OSError, ValueError) as e:  # not a zip, a damaged member, a pickled object array
         raise ConfigError(f"{where}: not a readable .npz of arrays ({e})") from None
+
+
+def from_minari(dataset_id: str, *, key: str = "agent.demonstrations") -> dict[str, np.ndarray]:
+    """The transitions of the local Minari dataset `dataset_id` as the arrays of an `.npz`
+    demonstration file (see the module docstring), unchecked against any env; `ConfigError`s
+    name `key`."""
+    where = f"{key}: {MINARI}{dataset_id}"
+    try:
+        import minari
+    except ImportError:
+        raise ConfigError(f"{where}: reading Minari datasets needs the minari extra "
+                          f"(pip install 'rmtjax[minari]')") from None
+    try:
+        dataset = minari.load_dataset(dataset_id)
+    except FileNotFoundError:
+        raise ConfigError(f"{where}: no such dataset on this machine (Minari's datasets directory: "
+                          f"{os.environ.get('MINARI_DATASETS_PATH', '~/.minari/datasets')}); fetch it first with "
+                          f"`minari download {dataset_id}`") from None
+    except Exception as e:  # noqa: BLE001 - minari's own errors for a malformed id or a damaged dataset
+        raise ConfigError(f"{where}: Minari could not load it ({type(e).__name__}: {e})") from None
+    parts: dict[str, list] = {k: [] for k in KEYS}
+    for episode in dataset.iterate_episodes():
+        obs, action = episode.observations, episode.actions
+        if not isinstance(obs, np.ndarray) or not isinstance(action, np.ndarray):
+            raise ConfigError(f"{where}: its observations or actions are {type(obs).__name__} / "
+                              f"{type(action).__name__} (a Dict or Tuple space); only array spaces are read")
+        steps = len(episode.rewards)
+        if obs.shape[0] != steps + 1:
+            raise ConfigError(f"{where}: episode {episode.id} has {obs.shape[0]} observations for {steps} steps "
+                              f"(Minari stores one more observation than steps)")
+        parts["obs"].append(obs[:-1])
+        parts["next_obs"].append(obs[1:])
+        parts["action"].append(action)
+        parts["reward"].append(np.asarray(episode.rewards))
+        parts["terminated"].append(np.asarray(episode.terminations, bool))
+        parts["truncated"].append(np.asarray(episode.truncations, bool))
+    if not parts["obs"]:
+        raise ConfigError(f"{where}: holds no episodes")
+    return {k: np.concatenate(v) for k, v in parts.items()}
+
+
+def load(path, *, obs_shape: tuple, discrete: bool, num_actions: int = 0, action_shape: tuple = (),
+         action_low=None, action_high=None, reward_scale: float = 1.0, reward_clip: float = 0.0,
+         key: str = "agent.demonstrations") -> dict[str, np.ndarray]:
+    """The transitions of the file at `path` (or of the Minari dataset `minari:<id>`), checked
+    against the env (obs shape, action space) and with the env's static reward transform applied. Errors are `ConfigError`s that
+    name `key`, the file and what is wrong."""
+    if str(path).startswith(MINARI):
+        where = f"{key}: {path}"
+        data = from_minari(str(path)[len(MINARI):], key=key)
+        size = sum(v.nbytes for v in data.values())
+        if size > MAX_BYTES:
+            raise ConfigError(f"{where}: {size:,} bytes of transitions; demonstrations are held in memory, "
+                              f"at most {MAX_BYTES:,} bytes")
+    else:
+        path = Path(os.path.expanduser(str(path)))
+        where = f"{key}: {path}"
+        data = _read_npz(path, where)
 
     n = data["obs"].shape[0] if data["obs"].ndim else 0
     if n == 0:

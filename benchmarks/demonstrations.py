@@ -10,7 +10,12 @@
    `rmtjax.replay.demonstrations.save` to a temporary file.
 3. The comparison: RMT from the same preset, `--seeds` seeds vmapped, `--steps` env steps, key 0,
    without demonstrations and with them (`agent.demo_share` 0.25 → 0 over the first half, and
-   the large-margin loss with weight 1 as a third row unless `--no-margin`).
+   the large-margin loss with weight 1 as a third row unless `--no-margin`), and as DQfD uses
+   them (unless `--pretrain 0`): the third row's settings after `--pretrain` gradient steps on
+   the demonstrations alone before the first env step (`agent.demo_pretrain`), and ε held at
+   the preset's final value from the start (`agent.eps_start` = `agent.eps_end`: a policy that
+   starts out imitating the expert is not made to act at random first; DQfD's ε was 0.01
+   throughout).
 
 The table gives each variant's env steps to the threshold: the first env step at which a seed's
 learning curve (the return of its envs' last finished episodes, trailing mean over 1% of the
@@ -85,6 +90,8 @@ def main(argv=None):
     ap.add_argument("--expert-steps", type=int, default=200_000)
     ap.add_argument("--demo-steps", type=int, default=5_000)
     ap.add_argument("--no-margin", action="store_true")
+    ap.add_argument("--pretrain", type=int, default=1000,
+                    help="gradient steps of the DQfD row's pre-training on the demonstrations (0: no such row)")
     ap.add_argument("--name", default=None)
     args = ap.parse_args(argv)
 
@@ -99,6 +106,10 @@ def main(argv=None):
                                                                         "agent.demo_share_end": 0.0}}
     if not args.no_margin:
         variants["the same + large-margin loss (weight 1)"] = {**variants[list(variants)[1]], "agent.demo_margin": 1.0}
+    if args.pretrain:
+        variants[f"DQfD: share + margin, {args.pretrain:,} pre-training steps, ε {base.agent.eps_end:g} from the start"] = {
+            **variants[list(variants)[1]], "agent.demo_margin": 1.0, "agent.demo_pretrain": args.pretrain,
+            "agent.eps_start": base.agent.eps_end}
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "demos.npz"

@@ -151,6 +151,9 @@ class RMTConfig(Section):
     demo_margin: float = param(0.0, lo=0.0, doc="weight of the large-margin loss on demonstration actions "
                                                 "(DQfD's J_E: max_a [Q(s,a) + l(a_E,a)] - Q(s,a_E)); 0: off")
     demo_margin_value: float = param(0.8, lo=0.0, lo_open=True, doc="the margin l(a_E, a) for a != a_E")
+    demo_pretrain: int = param(0, lo=0, doc="with demonstrations: gradient steps on minibatches of demonstrations "
+                                            "alone before the first env step (DQfD's pre-training; with "
+                                            "demo_margin > 0 the margin loss too); 0: none")
     # diagnostics
     diagnostics_every: int = param(100, lo=1, doc="iterations between computations of top_td_share (a quantile "
                                                   "over 1,024 replay items); the metric holds its last value between")
@@ -162,6 +165,9 @@ class RMTConfig(Section):
                 raise ConfigError(f"agent.{name}: {list(v)} must be three shares (hot, warm, cold) summing to 1")
         if min(self.tier_fractions) <= 0:
             raise ConfigError(f"agent.tier_fractions: {list(self.tier_fractions)}: every tier needs a share above 0")
+        if self.demo_pretrain and not self.demonstrations:
+            raise ConfigError(f"agent.demo_pretrain: {self.demo_pretrain} steps on demonstrations, but "
+                              f"agent.demonstrations names none")
 
     def validate_with(self, env, train):
         if self.batch_size > self.buffer_size:
@@ -348,6 +354,9 @@ class RMT(Agent):
         if cls.settings(config.agent).replay == "hierarchical":
             raise ConfigError("agent.replay: hierarchical moves items between a device and the host of one process; "
                               "it does not run on several devices yet (set distributed.devices: 1 or use tiered)")
+        if cls.settings(config.agent).demo_pretrain and devices > 1:
+            raise ConfigError("agent.demo_pretrain: pre-training on demonstrations runs on one device; set "
+                              "distributed.devices: 1 or agent.demo_pretrain: 0")
 
     def _q_network(self, dtype):
         """The Q-network computing in `dtype`."""
@@ -549,11 +558,45 @@ class RMT(Agent):
         (obs, env_state, window), _ = jax.lax.scan(
             random_step, (obs, env_state, window), jax.random.split(k_fill, c.n_step - 1))
         example = jax.tree.map(lambda x: x[0], self._emit(window))
-        return RMTState(
+        state = RMTState(
             params=params, target_params=params, opt_state=self.tx.init(params), env_state=env_state, obs=obs,
             window=window, replay=self.replay.init(example), log_temperature=jnp.log(jnp.float32(c.init_temperature)),
             hold=exploration.Hold.empty(action_shape), td_ema=jnp.zeros(()), key_share=jnp.zeros(()),
             precision=self.precision.init(), hparams=hp, key=key, demos=self.demos)
+        if c.demo_pretrain and self.demos is not None:
+            state, _ = self.pretrain(state, jax.random.fold_in(key, 1))  # a stream of its own: `key` stays the run's
+        return state
+
+    def pretrain(self, state: RMTState, key):
+        """DQfD's pre-training (Hester et al. 2018): `agent.demo_pretrain` guarded gradient steps,
+        each on a minibatch drawn uniformly from the demonstrations alone (weight 1; with the
+        margin loss when `agent.demo_margin` > 0), the target network following as it does in
+        training (a hard copy every `target_update_every` steps, or Polyak), at the initial
+        learning rate and clip threshold. `init` runs it before the first env step. Returns the
+        state and the loss of every step [demo_pretrain]."""
+        c, hp = self.cfg, state.hparams
+        count = state.demos["obs"].shape[0]
+        clip = self.precision.clip_threshold(hp.max_grad_norm, jnp.float32(0.0))
+        weight = jnp.ones((self.local_batch,), jnp.float32)
+
+        def one(carry, x):
+            params, target_params, opt_state, prec_state = carry
+            k, i = x
+            rows = jax.random.randint(k, (self.local_batch,), 0, count)
+            batch = {**jax.tree.map(lambda a: a[rows], state.demos), "demo": jnp.ones((self.local_batch,), bool)}
+            out = self.gradient_step(params, target_params, opt_state, prec_state, batch, weight, hp.gamma, clip)
+            if c.target_update == "polyak":
+                target_params = optax.incremental_update(out.params, target_params, hp.tau)
+            else:
+                target_params = jax.lax.cond((i + 1) % c.target_update_every == 0, lambda: out.params,
+                                             lambda: target_params)
+            return (out.params, target_params, out.opt_state, out.precision), out.loss
+
+        carry = (state.params, state.target_params, with_lr(state.opt_state, hp.lr), state.precision)
+        xs = (jax.random.split(key, c.demo_pretrain), jnp.arange(c.demo_pretrain))
+        (params, target_params, opt_state, prec_state), losses = jax.lax.scan(one, carry, xs)
+        return state.replace(params=params, target_params=target_params, opt_state=opt_state,
+                             precision=prec_state), losses
 
     def gradient_step(self, params, target_params, opt_state, prec_state, batch, weight, gamma, clip,
                       temperature=None) -> Step:

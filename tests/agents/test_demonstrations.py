@@ -123,3 +123,27 @@ def test_the_margin_loss_is_zero_when_the_demonstrated_action_leads_by_the_margi
     # row 0 leads by 1.0 >= 0.8: 0; row 1 leads by 0.5: 0.8 - 0.5 = 0.3; row 2 is not a demonstration
     np.testing.assert_allclose(float(agent._margin(q_all, action, is_demo)), (0.0 + 0.3) / 2, rtol=1e-6)
     np.testing.assert_allclose(float(agent._margin(q_all, action, jnp.zeros(3, bool))), 0.0)
+
+
+def test_pretraining_on_demonstrations_imitates_them_before_the_first_env_step(tmp_path):
+    """DQfD's pre-training with the margin loss: after `demo_pretrain` steps on demonstrations of a
+    scripted CartPole policy the greedy policy takes the demonstrated action on nearly every
+    demonstrated state; without pre-training the initial state is the same as before the option
+    existed (no key of the run is consumed)."""
+    rng = np.random.default_rng(1)
+    obs = rng.normal(size=(512, 4)).astype(np.float32)
+    action = (obs[:, 2] + 0.5 * obs[:, 3] > 0).astype(np.int64)  # push toward the pole's lean
+    path = _write(tmp_path / "d.npz", n=512, obs=obs, action=action, next_obs=obs,
+                  reward=np.ones(512, np.float32))
+    plain = build_agent(_config(path, **{"agent.demo_margin": 1.0}))
+    trained = build_agent(_config(path, **{"agent.demo_margin": 1.0, "agent.demo_pretrain": 300}))
+    key = jax.random.key(3)
+    before, after = jax.jit(plain.init)(key), jax.jit(trained.init)(key)
+    agree = lambda params: float(np.mean(np.asarray(plain.act(params, jnp.asarray(obs))) == action))  # noqa: E731
+    assert agree(after.params) > 0.9
+    assert agree(before.params) < 0.75  # an untrained network does not already play the script
+    # the pre-training leaves the run's own random streams alone
+    assert (np.asarray(jax.random.key_data(after.key)) == np.asarray(jax.random.key_data(before.key))).all()
+    np.testing.assert_array_equal(np.asarray(after.obs), np.asarray(before.obs))
+    with pytest.raises(ConfigError, match="agent.demo_pretrain: 10 steps on demonstrations, but"):
+        rmtjax.make_config("rmt", "CartPole-v1", {"agent.demo_pretrain": 10})

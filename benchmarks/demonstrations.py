@@ -81,6 +81,9 @@ def steps_to(result, threshold: float) -> np.ndarray:
     return np.where(first >= 0, m["env_steps"][0][np.maximum(first, 0)], np.inf).astype(np.float64)
 
 
+ROWS = ("none", "share", "margin", "dqfd")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--env", default="CartPole-v1")
@@ -92,6 +95,8 @@ def main(argv=None):
     ap.add_argument("--no-margin", action="store_true")
     ap.add_argument("--pretrain", type=int, default=1000,
                     help="gradient steps of the DQfD row's pre-training on the demonstrations (0: no such row)")
+    ap.add_argument("--rows", nargs="+", default=list(ROWS), choices=list(ROWS),
+                    help="which rows to run: without demonstrations, their share, share + margin, DQfD")
     ap.add_argument("--name", default=None)
     args = ap.parse_args(argv)
 
@@ -101,15 +106,17 @@ def main(argv=None):
     demo_return = demos["reward"].sum() / max(1, (demos["terminated"] | demos["truncated"]).sum())
     print(f"expert greedy return {expert_return:.1f}; {len(demos['reward']):,} demonstration transitions", flush=True)
 
-    variants = {"without demonstrations": {},
-                "demonstrations, share 0.25 → 0 over the first half": {"agent.demo_share": 0.25,
-                                                                        "agent.demo_share_end": 0.0}}
-    if not args.no_margin:
-        variants["the same + large-margin loss (weight 1)"] = {**variants[list(variants)[1]], "agent.demo_margin": 1.0}
-    if args.pretrain:
-        variants[f"DQfD: share + margin, {args.pretrain:,} pre-training steps, ε {base.agent.eps_end:g} from the start"] = {
-            **variants[list(variants)[1]], "agent.demo_margin": 1.0, "agent.demo_pretrain": args.pretrain,
-            "agent.eps_start": base.agent.eps_end}
+    share = {"agent.demo_share": 0.25, "agent.demo_share_end": 0.0}
+    variants = {
+        "none": ("without demonstrations", {}),
+        "share": ("demonstrations, share 0.25 → 0 over the first half", share),
+        "margin": ("the same + large-margin loss (weight 1)", {**share, "agent.demo_margin": 1.0}),
+        "dqfd": (f"DQfD: share + margin, {args.pretrain:,} pre-training steps, ε {base.agent.eps_end:g} from the start",
+                 {**share, "agent.demo_margin": 1.0, "agent.demo_pretrain": args.pretrain,
+                  "agent.eps_start": base.agent.eps_end}),
+    }
+    rows_wanted = [r for r in args.rows if not (r == "margin" and args.no_margin) and not (r == "dqfd" and not args.pretrain)]
+    variants = dict(variants[r] for r in rows_wanted)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "demos.npz"

@@ -15,7 +15,8 @@
    the demonstrations alone before the first env step (`agent.demo_pretrain`), and ε held at
    the preset's final value from the start (`agent.eps_start` = `agent.eps_end`: a policy that
    starts out imitating the expert is not made to act at random first; DQfD's ε was 0.01
-   throughout).
+   throughout). A control row runs without demonstrations at that ε, so the DQfD row's gain is
+   not the ε's.
 
 The table gives each variant's env steps to the threshold: the first env step at which a seed's
 learning curve (the return of its envs' last finished episodes, trailing mean over 1% of the
@@ -81,7 +82,7 @@ def steps_to(result, threshold: float) -> np.ndarray:
     return np.where(first >= 0, m["env_steps"][0][np.maximum(first, 0)], np.inf).astype(np.float64)
 
 
-ROWS = ("none", "share", "margin", "dqfd")
+ROWS = ("none", "share", "margin", "dqfd", "control")
 
 
 def main(argv=None):
@@ -96,7 +97,8 @@ def main(argv=None):
     ap.add_argument("--pretrain", type=int, default=1000,
                     help="gradient steps of the DQfD row's pre-training on the demonstrations (0: no such row)")
     ap.add_argument("--rows", nargs="+", default=list(ROWS), choices=list(ROWS),
-                    help="which rows to run: without demonstrations, their share, share + margin, DQfD")
+                    help="which rows to run: without demonstrations, their share, share + margin, DQfD, and the "
+                         "control of the DQfD row's ε (without demonstrations)")
     ap.add_argument("--name", default=None)
     args = ap.parse_args(argv)
 
@@ -114,6 +116,8 @@ def main(argv=None):
         "dqfd": (f"DQfD: share + margin, {args.pretrain:,} pre-training steps, ε {base.agent.eps_end:g} from the start",
                  {**share, "agent.demo_margin": 1.0, "agent.demo_pretrain": args.pretrain,
                   "agent.eps_start": base.agent.eps_end}),
+        "control": (f"control: without demonstrations, ε {base.agent.eps_end:g} from the start",
+                    {"agent.eps_start": base.agent.eps_end}),
     }
     rows_wanted = [r for r in args.rows if not (r == "margin" and args.no_margin) and not (r == "dqfd" and not args.pretrain)]
     variants = dict(variants[r] for r in rows_wanted)
@@ -123,7 +127,7 @@ def main(argv=None):
         demo_io.save(path, **demos)
         for name, sets in variants.items():
             overrides = {"train.total_steps": args.steps, "train.num_seeds": args.seeds, "train.progress": False, **sets}
-            if sets:
+            if any(k.startswith("agent.demo") for k in sets):
                 overrides["agent.demonstrations"] = str(path)
             result = rmtjax.train(base.override(overrides), jax.random.key(0))
             reach = steps_to(result, args.threshold)

@@ -182,7 +182,11 @@ class PQN(Agent):
 
     def act(self, params, obs, key=None):
         """Greedy action [B] (argmax of Q, in float32)."""
-        return jnp.argmax(self.q_values(params, obs), axis=-1)
+        return self.greedy(self.q_values(params, obs))
+
+    def greedy(self, q):
+        """The greedy action of Q values [B, A]."""
+        return jnp.argmax(q, axis=-1)
 
     def _schedule(self, hp: PQNHParams, t):
         """(ε, learning rate, clip threshold) in force at iteration `t`."""

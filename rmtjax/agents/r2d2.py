@@ -42,9 +42,9 @@ from flax import struct
 
 from rmtjax import exploration
 from rmtjax.agents.dqn import DQN, DQNConfig
-from rmtjax.agents.recurrent import refuse_devices
+from rmtjax.agents.recurrent import RecurrentQ
 from rmtjax.agents.rmt import RMT, RMTState, Schedule
-from rmtjax.networks.recurrent import RecurrentNet, RecurrentTorso, after, initial_carry
+from rmtjax.networks.recurrent import RecurrentNet, RecurrentTorso, after
 from rmtjax.replay import make_replay
 
 
@@ -69,14 +69,11 @@ def _push(buf, x):
     return jnp.concatenate([buf[:, 1:], x[:, None].astype(buf.dtype)], axis=1)
 
 
-class RecurrentRMT(RMT):
+class RecurrentRMT(RecurrentQ, RMT):
     """RMT (or, with `DQN`'s settings, DQN) with an LSTM or GRU torso, learning from sequences."""
-
-    recurrent = True
 
     def __init__(self, config):
         super().__init__(config)
-        refuse_devices(self)
         c = self.cfg
         self.replay = make_replay("uniform", capacity=c.buffer_size // c.seq_len)
 
@@ -84,25 +81,6 @@ class RecurrentRMT(RMT):
         c = self.cfg
         return RecurrentNet(RecurrentTorso(c.torso, c.rnn_width, tuple(c.hidden), c.activation, c.layer_norm, dtype),
                             self._q_head(dtype))
-
-    def initial_carry(self, batch: int):
-        return initial_carry(self.cfg.torso, self.cfg.rnn_width, batch)
-
-    def q_values(self, params, obs, dtype=jnp.float32):
-        raise TypeError(f"{self.config.algo} with torso: {self.cfg.torso} has a hidden state: read Q with "
-                        f"q_sequence(params, carry, obs [T, B, ...], reset [T, B])")
-
-    def q_sequence(self, params, carry, obs, reset, dtype=jnp.float32):
-        """(carry, Q [T, B, ...] float32, carries) of sequences obs [T, B, ...] from `carry`."""
-        return self.nets[jnp.dtype(dtype)].apply(params, carry, obs, reset)
-
-    def act(self, params, obs, key=None):
-        raise TypeError(f"{self.config.algo} with torso: {self.cfg.torso} has a hidden state: act with "
-                        f"act_step(params, carry, obs, reset, key) from initial_carry(batch) (rmtjax.protocol)")
-
-    def act_step(self, params, carry, obs, reset, key=None):
-        carry, q, _ = self.q_sequence(params, carry, obs[None], reset[None])
-        return self.env_action(jnp.argmax(q[0], axis=-1)), carry
 
     # -- sequences ------------------------------------------------------------------------------
     def _empty_window(self, obs) -> SequenceWindow:

@@ -44,6 +44,38 @@ def refuse_devices(agent) -> None:
                           f"agents train on one device; set distributed.devices: 1")
 
 
+class RecurrentQ:
+    """What every recurrent value-based agent (`RecurrentPQN` here, `r2d2.RecurrentRMT` and its DQN)
+    adds in front of its parent: one device only, Q read over sequences from a hidden state
+    (`q_sequence`), and acting through `act_step` from `initial_carry`; `q_values` and `act`,
+    which have no hidden state to read, refuse. The parent's `greedy(q)` maps Q to actions."""
+
+    recurrent = True
+
+    def __init__(self, config):
+        super().__init__(config)
+        refuse_devices(self)
+
+    def initial_carry(self, batch: int):
+        return initial_carry(self.cfg.torso, self.cfg.rnn_width, batch)
+
+    def q_values(self, params, obs, dtype=jnp.float32):
+        raise TypeError(f"{self.config.algo} with torso: {self.cfg.torso} has a hidden state: read Q with "
+                        f"q_sequence(params, carry, obs [T, B, ...], reset [T, B])")
+
+    def q_sequence(self, params, carry, obs, reset, dtype=jnp.float32):
+        """(carry, Q [T, B, ...] float32, carries) of sequences obs [T, B, ...] from `carry`."""
+        return self.nets[jnp.dtype(dtype)].apply(params, carry, obs, reset)
+
+    def act(self, params, obs, key=None):
+        raise TypeError(f"{self.config.algo} with torso: {self.cfg.torso} has a hidden state: act with "
+                        f"act_step(params, carry, obs, reset, key) from initial_carry(batch) (rmtjax.protocol)")
+
+    def act_step(self, params, carry, obs, reset, key=None):
+        carry, q, _ = self.q_sequence(params, carry, obs[None], reset[None])
+        return self.greedy(q[0]), carry
+
+
 def env_minibatches(key, seqs: dict, num_minibatches: int) -> dict:
     """The rollout's sequences (every leaf [T, N, ...], except `carry` [N, ...]) split over a
     random permutation of the envs into `num_minibatches` minibatches [M, T, N/M, ...] (carry:
@@ -179,22 +211,13 @@ class RecurrentPQNState(PQNState):
     reset: Any = None  # [num_envs] bool: the current observation starts an episode
 
 
-class RecurrentPQN(PQN):
+class RecurrentPQN(RecurrentQ, PQN):
     """PQN with an LSTM or GRU torso: λ-returns and TD updates over whole env sequences."""
-
-    recurrent = True
-
-    def __init__(self, config):
-        super().__init__(config)
-        refuse_devices(self)
 
     def _q_network(self, dtype):
         c = self.cfg
         return RecurrentNet(RecurrentTorso(c.torso, c.rnn_width, tuple(c.hidden), c.activation, c.layer_norm, dtype),
                             QHead(self.spec.num_actions, False, dtype))
-
-    def initial_carry(self, batch: int):
-        return initial_carry(self.cfg.torso, self.cfg.rnn_width, batch)
 
     def init(self, key, hparams=None) -> RecurrentPQNState:
         k_env, k_net, key = jax.random.split(key, 3)
@@ -204,22 +227,6 @@ class RecurrentPQN(PQN):
         return RecurrentPQNState(params=params, opt_state=self.tx.init(params), env_state=env_state, obs=obs,
                                  precision=self.precision.init(), hparams=self.default_hparams(hparams), key=key,
                                  carry=carry, reset=reset)
-
-    def q_values(self, params, obs, dtype=jnp.float32):
-        raise TypeError(f"PQN with torso: {self.cfg.torso} has a hidden state: read Q with q_sequence(params, "
-                        f"carry, obs [T, B, ...], reset [T, B])")
-
-    def q_sequence(self, params, carry, obs, reset, dtype=jnp.float32):
-        """(carry, Q [T, B, A] float32, carries) of sequences obs [T, B, ...] from `carry`."""
-        return self.nets[jnp.dtype(dtype)].apply(params, carry, obs, reset)
-
-    def act(self, params, obs, key=None):
-        raise TypeError(f"PQN with torso: {self.cfg.torso} has a hidden state: act with act_step(params, carry, obs, "
-                        f"reset, key) from initial_carry(batch) (rmtjax.protocol)")
-
-    def act_step(self, params, carry, obs, reset, key=None):
-        carry, q, _ = self.q_sequence(params, carry, obs[None], reset[None])
-        return jnp.argmax(q[0], axis=-1), carry
 
     def step(self, state: RecurrentPQNState, t):
         c, hp, prec = self.cfg, state.hparams, self.precision

@@ -462,7 +462,11 @@ class RMT(Agent):
 
     def act(self, params, obs, key=None):
         """Greedy action (env units)."""
-        return self.env_action(jnp.argmax(self.q_values(params, obs), axis=-1))
+        return self.greedy(self.q_values(params, obs))
+
+    def greedy(self, q):
+        """The greedy action, in env units, of Q values [B, A] (or [B, D, bins])."""
+        return self.env_action(jnp.argmax(q, axis=-1))
 
     # -- n-step transitions ------------------------------------------------------------------
     def _push(self, window: NStepWindow, obs, action, reward, terminated, done, next_obs) -> NStepWindow:

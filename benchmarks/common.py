@@ -78,3 +78,17 @@ def _git_rev() -> str:
                                        cwd=Path(__file__).parent).strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+def pyplot():
+    """matplotlib's pyplot on the file-only Agg backend, or None (with a line saying so) when
+    matplotlib is not installed: the scripts then write their tables without plots."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed (pip install 'rmtjax[bench]'): no plot")
+        return None
+    return plt

@@ -20,7 +20,7 @@ import jax
 import numpy as np
 
 import rmtjax
-from benchmarks.common import RESULTS, write_table
+from benchmarks.common import RESULTS, pyplot, write_table
 from rmtjax.config import parse_override
 
 POINTS = 10
@@ -165,13 +165,8 @@ def main(argv=None):
 
 
 def _plot(name, args, curves):
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot")
+    plt = pyplot()
+    if plt is None:
         return
     fig, ax = plt.subplots(figsize=(6, 4))
     for algo, (ret, x, episodes) in curves.items():

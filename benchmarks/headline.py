@@ -44,7 +44,7 @@ import jax
 import numpy as np
 
 import rmtjax
-from benchmarks.common import RESULTS, write_table
+from benchmarks.common import RESULTS, pyplot, write_table
 from benchmarks.curves import late_mean
 from benchmarks.stats import iqm_ci
 
@@ -205,12 +205,8 @@ def _notes(args) -> str:
 
 
 def _plot(name: str, curves: dict) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return
     from benchmarks.curves import episode_returns
     from benchmarks.stats import iqm_along

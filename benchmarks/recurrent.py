@@ -31,7 +31,7 @@ import jax
 import numpy as np
 
 import rmtjax
-from benchmarks.common import RESULTS, write_table
+from benchmarks.common import RESULTS, pyplot, write_table
 from benchmarks.curves import episode_returns, grid_points, late_mean, smooth
 from benchmarks.stats import bootstrap_band, iqm_ci
 
@@ -145,13 +145,8 @@ def main(argv=None):
 
 
 def _plot(name, args, bands):
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot")
+    plt = pyplot()
+    if plt is None:
         return
     fig, axes = plt.subplots(1, len(args.algos), figsize=(4.5 * len(args.algos), 3.6), squeeze=False)
     for ax, algo in zip(axes[0], args.algos):

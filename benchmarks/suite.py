@@ -48,7 +48,7 @@ import jax
 import numpy as np
 
 import rmtjax
-from benchmarks.common import RESULTS, _git_rev, command, compile_and_time, machine
+from benchmarks.common import RESULTS, _git_rev, command, compile_and_time, machine, pyplot
 from benchmarks.curves import curve_points, run_agent
 from benchmarks.stats import bootstrap_band, iqm_ci, stratified_iqm_ci
 from rmtjax.envs import make_env
@@ -420,7 +420,7 @@ class Suite:
             np.savez_compressed(RESULTS / f"{self.args.name}.npz", **arrays)
 
     def _plot_curves(self):
-        plt = _pyplot()
+        plt = pyplot()
         if plt is None:
             return
         envs = [e for e in self.args.envs if any(k[1] == e for k in self.main_runs)]
@@ -439,7 +439,7 @@ class Suite:
         plt.close(fig)
 
     def _plot_ablations(self):
-        plt = _pyplot()
+        plt = pyplot()
         if plt is None:
             return
         envs = self.args.ablation_envs
@@ -471,18 +471,6 @@ def _band(ax, run: Run, label: str, points: int = 40):
     color = COLORS.get(label)  # an agent keeps its colour across panels
     ax.plot(x, mid, label=label, color=color)
     ax.fill_between(x, lo, hi, alpha=0.2, color=color)
-
-
-def _pyplot():
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed (pip install 'rmtjax[bench]'): no plots")
-        return None
-    return plt
 
 
 def finite_iqm_ci(values) -> tuple[float, float, float]:

@@ -43,7 +43,7 @@ import jax
 import numpy as np
 
 import rmtjax
-from benchmarks.common import RESULTS, write_table
+from benchmarks.common import RESULTS, pyplot, write_table
 from benchmarks.curves import episode_returns, smooth
 from benchmarks.stats import iqm, iqm_ci
 
@@ -257,13 +257,8 @@ def reanalyse(args, task):
 
 
 def _plot(name, curves, threshold, env, describe):
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot")
+    plt = pyplot()
+    if plt is None:
         return
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for k, v in curves.items():

@@ -20,6 +20,7 @@ from rmtjax.checkpoint import CheckpointError, CheckpointWarning
 from rmtjax.cli import main
 from rmtjax.config import load_config
 from rmtjax.rundir import RunDir, RunDirError
+from tests.helpers import host
 
 REPO = Path(__file__).resolve().parents[1]
 # 16 iterations of 256 steps in 4 chunks of 4: checkpoints at iterations 4, 8, 12, 16
@@ -33,16 +34,6 @@ try:
     HAVE_TB = True
 except ImportError:
     HAVE_TB = False
-
-
-def host(tree):
-    """A numpy copy of a state (typed PRNG keys by their data), safe from buffer donation."""
-    def leaf(x):
-        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
-            x = jax.random.key_data(x)
-        return np.asarray(jax.device_get(x))
-
-    return jax.tree.map(leaf, tree)
 
 
 def assert_trees_equal(a, b):

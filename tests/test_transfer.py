@@ -22,6 +22,7 @@ from rmtjax.guard import with_anchor
 from rmtjax.protocol import Categorical, Gaussian
 from rmtjax.rundir import RunDirError
 from rmtjax.transfer import kl
+from tests.helpers import host
 
 PPO_TINY = {"env.num_envs": 2, "agent.rollout_len": 16, "agent.num_minibatches": 2, "agent.num_epochs": 1,
             "agent.hidden": [8, 8], "train.total_steps": 256, "train.num_seeds": 2, "train.num_chunks": 8,
@@ -34,16 +35,6 @@ RMT_TINY = {"env.num_envs": 2, "agent.rollout_len": 4, "agent.batch_size": 16, "
 # released halfway (iteration 4 of 8 is the first to train it), a KL penalty
 PPO_TRANSFER = {"env.params.length": 2.0, "env.params.polemass_length": 0.2, "transfer.freeze": ["head/value"],
                 "transfer.unfreeze": {"torso/Dense_0": 0.5}, "transfer.kl_coef": 0.5}
-
-
-def host(tree):
-    """A numpy copy (typed PRNG keys by their data)."""
-    def leaf(x):
-        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
-            x = jax.random.key_data(x)
-        return np.asarray(jax.device_get(x))
-
-    return jax.tree.map(leaf, tree)
 
 
 def leaves(tree) -> dict:

@@ -57,6 +57,7 @@ from rmtjax.schema import ConfigError, Section, param
 from rmtjax.tracing import trace_once, zeros
 from rmtjax.replay import demonstrations, make_replay, tiered
 from rmtjax.replay.hierarchical import HierarchicalReplay, Levels
+from rmtjax.replay.prefetch import PrefetchLevels, PrefetchReplay
 
 # RMSProp as the MinAtar paper's DQN ran it (PyTorch's centered RMSprop, eps added outside the root)
 RMSPROP = {"decay": 0.95, "eps": 0.01, "centered": True, "eps_in_sqrt": False}
@@ -127,6 +128,12 @@ class RMTConfig(Section):
     priority: str = param("|td|^0.6 + 0.01", doc="hierarchical: priority of an item from its last |TD error| `td` "
                                                  "(numbers, + - * / ^, |...|, sqrt, log, log1p, exp, min, max)")
     replay_warmup: int = param(0, lo=0, doc="hierarchical: items the lower levels hold before refreshes begin")
+    hier_sampling: str = param("cache", choices=("cache", "prefetch"),
+                               doc="hierarchical: what minibatches are drawn from. cache: the device level's tiered "
+                                   "buffer (its cold tier refreshed from the lower levels by `priority`); prefetch: "
+                                   "the whole capacity, ranked into tiers by |TD| on the host, each chunk's draws "
+                                   "staged on the device before it (rmtjax.replay.prefetch; the device then holds "
+                                   "sync_every × updates per iteration × batch_size draws and one chunk's outbox)")
     beta_start: float = param(0.4, lo=0.0, hi=1.0, doc="importance-weight exponent, annealed to 1")
     # exploration
     exploration: str = param("eps_boltzmann", choices=("eps_boltzmann", "eps_greedy"))
@@ -179,7 +186,7 @@ class RMTConfig(Section):
         if train.total_steps < per_iter:
             raise ConfigError(f"train.total_steps: {train.total_steps} is less than one iteration ({per_iter})")
         if self.replay == "hierarchical":
-            self._validate_levels(per_iter)
+            self._validate_levels(per_iter, env)
         if self.torso in RNN_TORSOS:
             self._check_recurrent(env)
         if self.torso in ("cnn", "nature_cnn"):
@@ -222,17 +229,21 @@ class RMTConfig(Section):
         disk = int(round(self.disk_fraction * self.buffer_size))
         return int(round(self.device_fraction * self.buffer_size)), self.buffer_size - disk, disk
 
-    def _validate_levels(self, per_iter: int) -> None:
+    def _validate_levels(self, per_iter: int, env) -> None:
         from rmtjax.replay.hierarchical import priority_function
 
         device, host, disk = self.level_capacities()
-        if device < per_iter:
+        if self.hier_sampling == "prefetch":
+            self._validate_prefetch(per_iter, device, env)
+        elif device < per_iter:
             raise ConfigError(f"agent.device_fraction: {self.device_fraction} of agent.buffer_size {self.buffer_size} "
                               f"is {device} items on the device, less than one iteration's {per_iter} transitions")
-        try:
-            tiered.tier_capacities(device, self.tier_fractions)
-        except ValueError as e:
-            raise ConfigError(f"agent.device_fraction: the device level of {device} items cannot be tiered: {e}") from None
+        if self.hier_sampling == "cache":
+            try:
+                tiered.tier_capacities(device, self.tier_fractions)
+            except ValueError as e:
+                raise ConfigError(f"agent.device_fraction: the device level of {device} items cannot be tiered: "
+                                  f"{e}") from None
         if self.batch_size > device:
             raise ConfigError(f"agent.batch_size: {self.batch_size} exceeds the device level's {device} items "
                               f"(agent.device_fraction × agent.buffer_size)")
@@ -244,6 +255,23 @@ class RMTConfig(Section):
             raise ConfigError(f"agent.replay_warmup: {self.replay_warmup} items exceed the lower levels' capacity "
                               f"(agent.buffer_size {self.buffer_size}), so refreshes would never begin")
         priority_function(self.priority)
+
+
+    def updates_per_iteration(self, env) -> int:
+        return max(1, round(self.updates_per_step * env.num_envs * self.rollout_len))
+
+    def stage_size(self, env) -> int:
+        """hierarchical, prefetch: draws staged on the device per chunk (sync_every iterations)."""
+        return self.sync_every * self.updates_per_iteration(env) * self.batch_size
+
+    def _validate_prefetch(self, per_iter: int, device: int, env) -> None:
+        need = self.sync_every * self.updates_per_iteration(env) * self.batch_size + self.sync_every * per_iter
+        if need > device:
+            raise ConfigError(f"agent.hier_sampling: prefetch stages agent.sync_every={self.sync_every} iterations' "
+                              f"draws ({self.sync_every} × {self.updates_per_iteration(env)} updates × "
+                              f"{self.batch_size}) and their {self.sync_every * per_iter} new transitions on the "
+                              f"device, {need} items; the device level (agent.device_fraction × agent.buffer_size) "
+                              f"is {device}: lower agent.sync_every or raise agent.device_fraction")
 
 
 def load_demonstrations(cfg: RMTConfig, env_cfg) -> dict[str, np.ndarray]:
@@ -333,13 +361,15 @@ class RMT(Agent):
         # one module per compute dtype (same float32 parameters); `net` is the float32 one
         self.nets = per_dtype(self._q_network, self.precision.dtypes)
         self.net = self.nets[jnp.dtype(jnp.float32)]
-        self.num_updates = max(1, round(c.updates_per_step * config.env.num_envs * c.rollout_len))
+        self.num_updates = c.updates_per_iteration(config.env)
         optimizer = optax.adam if c.optimizer == "adam" else (lambda learning_rate: optax.rmsprop(learning_rate, **RMSPROP))
         self.tx = self.guarded(optax.inject_hyperparams(optimizer)(learning_rate=c.lr))  # the clip: in the guard
         # this device's share of each minibatch and of the replay capacity (all of it on one device)
         self.local_batch = c.batch_size // self.shards
         self.local_envs = config.env.num_envs // self.shards
-        if c.replay == "hierarchical":
+        if c.replay == "hierarchical" and c.hier_sampling == "prefetch":
+            self.replay = PrefetchReplay(c.stage_size(config.env), outbox=c.sync_every * self.steps_per_iteration)
+        elif c.replay == "hierarchical":
             self.replay = HierarchicalReplay(c.level_capacities()[0], c.tier_fractions, c.tier_proportions,
                                              outbox=c.sync_every * self.steps_per_iteration)
         else:
@@ -384,8 +414,13 @@ class RMT(Agent):
         if c.replay != "hierarchical":
             return None
         device, host, disk = c.level_capacities()
-        caps = tiered.tier_capacities(device, c.tier_fractions)
         disk_dir = c.disk_dir or (None if run_dir is None else Path(run_dir) / "replay_disk")
+        if c.hier_sampling == "prefetch":
+            return PrefetchLevels(seeds=seeds, host_capacity=host, disk_capacity=disk,
+                                  stage=c.stage_size(self.config.env), batch_size=c.batch_size,
+                                  fractions=c.tier_fractions, proportions=c.tier_proportions, warmup=c.replay_warmup,
+                                  disk_dir=disk_dir if disk else None, seed=seed, max_iterations=c.sync_every)
+        caps = tiered.tier_capacities(device, c.tier_fractions)
         return Levels(seeds=seeds, host_capacity=host, disk_capacity=disk, cold_rows=(caps[0] + caps[1], caps[2]),
                       refresh_share=c.refresh_share, warmup=c.replay_warmup, priority=c.priority,
                       disk_dir=disk_dir if disk else None, seed=seed, max_iterations=c.sync_every)

@@ -3,7 +3,16 @@
     python -m benchmarks.headline                 # CPU: the Box2D rows at 1M steps × 5 seeds, Breakout at --atari-steps
     python -m benchmarks.headline --gpu           # GPU: the above, then real Breakout and the five MinAtar games at 10M
     python -m benchmarks.headline --smoke         # every code path at a few hundred steps: minutes, any machine
-    python -m benchmarks.headline --envs gymnasium:LunarLander-v3 --algos rmt ppo --seeds 8
+    python -m benchmarks.headline --envs gymnasium:LunarLander-v3 --algos rmt ppo   # some rows
+    python -m benchmarks.headline --envs gymnasium:BipedalWalker-v3 --algos sac --seeds 1 --seed 3   # one seed
+    python -m benchmarks.headline --table         # rebuild the table from what is stored
+
+Rows run in pieces: each invocation stores every row it trains (its seeds, from key `--seed`) in
+`results/NAME/<env>__<algo>__key<K>.npz`, and the table is rebuilt from all the pieces stored
+under NAME. A long table is therefore run a few rows at a time, across sessions or machines, and
+a row's seeds can be split over keys (`--seeds 1 --seed 0`, `--seed 1`, ...); a stored piece is
+not run again (`--redo` forces it). The table lists every row of the plan, those without a piece
+as "not run yet", and a second table gives each piece's commit, date, machine load and seconds.
 
 Rows (env × agent; an agent runs where its action space fits):
 
@@ -29,8 +38,8 @@ CNN). The MinAtar rows use each agent's preset for Breakout-MinAtar, else its de
 A seed's score is its learning curve averaged over the last 10% of training
 (`benchmarks.curves.late_mean`); a row gives the IQM over seeds with a 95% percentile-bootstrap
 interval (`benchmarks.stats.iqm_ci`) and every seed's score, beside the design's claimed number
-where it made one. Curves (`episode_return` per iteration and seed, with env steps) go to
-`results/NAME.npz` and a plot per env to `results/NAME_<env>.png`. The table, with the command,
+where it made one. Curves (`episode_return` per seed, binned to at most 500 points) are stored
+in the pieces and plotted per env to `results/NAME_<env>.png`. The table, with the command,
 machine, date and commit, goes to `results/NAME.md` (`headline`, `headline_gpu`, or
 `headline_smoke` for `--smoke`).
 """
@@ -38,14 +47,19 @@ machine, date and commit, goes to `results/NAME.md` (`headline`, `headline_gpu`,
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
+import os
 import time
+import warnings
+from pathlib import Path
 
 import jax
 import numpy as np
 
 import rmtjax
-from benchmarks.common import RESULTS, pyplot, write_table
-from benchmarks.curves import late_mean
+from benchmarks.common import RESULTS, _git_rev, machine, pyplot, write_table
+from benchmarks.curves import episode_returns, late_mean
 from benchmarks.stats import iqm_ci
 
 BOX2D = {
@@ -142,10 +156,82 @@ def rows_to_run(args) -> list[tuple[str, str, int]]:
 
 def fmt(values) -> str:
     values = np.asarray(values, float)
-    if np.all(np.isnan(values)):
+    if values.size == 0 or np.all(np.isnan(values)):
         return "no episode finished"
     m, lo, hi = iqm_ci(values[~np.isnan(values)])
     return f"{m:.1f} [{lo:.1f}, {hi:.1f}]"
+
+
+# --- rows run in pieces -------------------------------------------------------------------------
+#
+# A row is expensive (hours for the off-policy agents on host-stepped Box2D), so every invocation
+# stores what it ran as a *piece*: results/NAME/<env>__<algo>__key<K>.npz with the seeds' scores,
+# binned curves and where and when it ran. The table is rebuilt from every piece stored under
+# NAME, so rows (and seeds of a row, under different keys) run in separate invocations, sessions
+# or machines add up to one table; a piece already stored is not run again.
+
+CURVE_POINTS = 500  # curves are stored binned to at most this many points per seed
+
+
+def piece_path(name: str, env: str, algo: str, key: int) -> Path:
+    return RESULTS / name / f"{env.replace(':', '_')}__{algo}__key{key}.npz"
+
+
+def binned(values: np.ndarray, env_steps: np.ndarray, points: int = CURVE_POINTS):
+    """values [seeds, iters] (NaN: no episode yet) averaged over `points` runs of iterations."""
+    edges = np.linspace(0, values.shape[1], min(points, values.shape[1]) + 1).astype(int)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a bin before a seed's first episode: NaN
+        curve = np.stack([np.nanmean(values[:, a:b], axis=1) for a, b in zip(edges[:-1], edges[1:])], axis=1)
+    return curve, env_steps[edges[1:] - 1]
+
+
+def save_piece(path: Path, *, scores, returns, env_steps, meta: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    curve, steps = binned(returns, env_steps)
+    np.savez_compressed(path, scores=np.asarray(scores, np.float64), curve=curve, curve_env_steps=steps,
+                        meta=np.array(json.dumps(meta)))
+
+
+def load_pieces(name: str) -> dict[tuple[str, str], list[dict]]:
+    """(env, algo) -> the pieces stored under results/NAME, in key order."""
+    out: dict[tuple[str, str], list[dict]] = {}
+    for path in sorted((RESULTS / name).glob("*.npz")):
+        with np.load(path) as z:
+            meta = json.loads(str(z["meta"]))
+            piece = {**meta, "scores": z["scores"], "curve": z["curve"], "curve_env_steps": z["curve_env_steps"],
+                     "path": path}
+        out.setdefault((meta["env"], meta["algo"]), []).append(piece)
+    for pieces in out.values():
+        pieces.sort(key=lambda p: p["key"])
+    return out
+
+
+def run_piece(name: str, env: str, algo: str, steps: int, args) -> Path:
+    """Train one row's `args.seeds` seeds from key `args.seed` and store them as a piece."""
+    cfg, source = config_for(env, algo, steps, args.seeds, args.smoke)
+    t0 = time.time()
+    result = rmtjax.train(cfg, jax.random.key(args.seed))
+    m = result.metrics
+    env_steps = m["env_steps"][0]
+    scores = late_mean(m["episode_return"], env_steps, m["episode_count"], int(env_steps[-1]))
+    path = piece_path(name, env, algo, args.seed)
+    save_piece(path, scores=scores, returns=episode_returns(m["episode_return"], m["episode_count"]),
+               env_steps=env_steps,
+               meta={"env": env, "algo": algo, "source": source, "key": args.seed, "seeds": args.seeds,
+                     "env_steps": int(env_steps[-1]), "run_seconds": round(result.run_seconds, 1),
+                     "compile_seconds": round(result.compile_seconds, 1), "wall_seconds": round(time.time() - t0, 1),
+                     "git": _git_rev(), "date": f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}",
+                     "machine": machine(), "load": _load(), "note": args.note})
+    print(env, algo, f"key {args.seed}", np.round(scores, 1), f"{time.time() - t0:.0f}s", flush=True)
+    return path
+
+
+def _load() -> str:
+    try:
+        return " ".join(f"{x:.1f}" for x in os.getloadavg())
+    except OSError:
+        return "?"
 
 
 def main(argv=None):
@@ -153,11 +239,14 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=None, help="env steps per seed of the Box2D rows (default 1M)")
     ap.add_argument("--atari-steps", type=int, default=200_000, help="env steps per seed of the Breakout rows on a CPU")
     ap.add_argument("--seeds", type=int, default=None, help="seeds per row (default 5; --smoke: 2)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="the key of this invocation's pieces (another key: more seeds)")
     ap.add_argument("--envs", nargs="+", default=None, help="only these envs")
     ap.add_argument("--algos", nargs="+", default=None, help="only these agents")
     ap.add_argument("--gpu", action="store_true", help="add the 10M-step Atari and MinAtar rows (for a GPU)")
     ap.add_argument("--smoke", action="store_true", help="three rows at a few hundred steps: checks the script")
+    ap.add_argument("--table", action="store_true", help="run nothing: rebuild the table from the stored pieces")
+    ap.add_argument("--redo", action="store_true", help="run a piece again even if it is stored")
+    ap.add_argument("--note", default="", help="a line stored with each piece (e.g. what else the machine ran)")
     ap.add_argument("--name", default=None)
     args = ap.parse_args(argv)
     if args.smoke and args.gpu:
@@ -168,61 +257,85 @@ def main(argv=None):
         args.atari_steps = 128
     name = args.name or ("headline_smoke" if args.smoke else "headline_gpu" if args.gpu else "headline")
 
-    table, curves, started = [], {}, time.time()
-    for env, algo, steps in rows_to_run(args):
+    started = time.time()
+    for env, algo, steps in ([] if args.table else rows_to_run(args)):
         if args.smoke and env == ATARI_ENV:
             steps = args.atari_steps
-        cfg, source = config_for(env, algo, steps, args.seeds, args.smoke)
-        result = rmtjax.train(cfg, jax.random.key(args.seed))
-        m = result.metrics
-        env_steps = m["env_steps"][0]
-        scores = late_mean(m["episode_return"], env_steps, m["episode_count"], int(env_steps[-1]))
-        key = f"{env.replace(':', '_')}__{algo}"
-        curves[key] = m["episode_return"]
-        curves[key + "__env_steps"] = env_steps
-        curves[key + "__episode_count"] = m["episode_count"]
-        claim = CLAIMS.get((env, algo), "")
-        table.append([env, algo, source, f"{int(env_steps[-1]):,}", args.seeds, fmt(scores),
-                      " ".join("nan" if np.isnan(v) else f"{v:.1f}" for v in scores), claim,
-                      f"{result.run_seconds + result.compile_seconds:.0f}"])
-        print(env, algo, np.round(scores, 1), f"{time.time() - started:.0f}s", flush=True)
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        np.savez_compressed(RESULTS / f"{name}.npz", **curves)
-        write_table(name, "Headline table (issue 22)" + (" — smoke run, not results" if args.smoke else ""),
-                    ["env", "agent", "configuration", "env steps per seed", "seeds", "IQM of last-10% return [95% CI]",
-                     "per seed", "design claims", "seconds"], table, notes=_notes(args))
-    _plot(name, curves)
+        path = piece_path(name, env, algo, args.seed)
+        if path.exists() and not args.redo:
+            print(f"{env} {algo} key {args.seed}: stored in {path.relative_to(RESULTS)}; --redo runs it again")
+            continue
+        run_piece(name, env, algo, steps, args)
+        write_headline(name, args)
+        print(f"{time.time() - started:.0f}s so far", flush=True)
+    write_headline(name, args)
+
+
+def write_headline(name: str, args) -> None:
+    """The table of every planned row (the whole plan, not only this invocation's filter) from the
+    pieces stored under `name`, the pieces' provenance and a plot per env."""
+    plan = rows_to_run(argparse.Namespace(**{**vars(args), "envs": None, "algos": None}))
+    pieces = load_pieces(name)
+    table, provenance = [], []
+    for env, algo, steps in plan:
+        got = pieces.get((env, algo), [])
+        if not got:
+            table.append([env, algo, _source(env, algo, args.smoke), f"{steps:,}", 0, "not run yet", "",
+                          CLAIMS.get((env, algo), ""), ""])
+            continue
+        scores = np.concatenate([p["scores"] for p in got])
+        env_steps = {p["env_steps"] for p in got}
+        table.append([env, algo, got[0]["source"], " / ".join(f"{s:,}" for s in sorted(env_steps)), len(scores),
+                      fmt(scores), " ".join("nan" if np.isnan(v) else f"{v:.1f}" for v in scores),
+                      CLAIMS.get((env, algo), ""), f"{sum(p['run_seconds'] + p['compile_seconds'] for p in got):.0f}"])
+        for p in got:
+            provenance.append([env, algo, p["key"], p["seeds"], f"{p['env_steps']:,}", p["git"], p["date"],
+                               p["load"], f"{p['run_seconds']:.0f} + {p['compile_seconds']:.0f}", p["note"] or ""])
+    notes = _notes(args) + "\n\n**Pieces** (each row is the union of its pieces' seeds; a piece is one invocation):\n\n"
+    notes += "\n".join(["| env | agent | key | seeds | env steps | git | date | load (1/5/15 min) | run + compile s | note |",
+                        "|---|---|---|---|---|---|---|---|---|---|"]
+                       + ["| " + " | ".join(str(c) for c in r) + " |" for r in provenance])
+    write_table(name, "Headline table (issue 22)" + (" — smoke run, not results" if args.smoke else ""),
+                ["env", "agent", "configuration", "env steps per seed", "seeds", "IQM of last-10% return [95% CI]",
+                 "per seed", "design claims", "seconds"], table, notes=notes)
+    _plot(name, pieces)
+
+
+def _source(env: str, algo: str, smoke: bool) -> str:
+    return config_for(env, algo, 1_000_000, 1, smoke)[1]
 
 
 def _notes(args) -> str:
-    return (f"Key {args.seed}. A seed's score is its mean episode return over the last 10% of training; IQM over "
-            f"seeds with a 95% percentile-bootstrap interval. 'design claims' is the number the starting design "
-            f"claimed at 1M steps (Breakout: at its own, unstated, budget). Atari rows: real Breakout through "
-            f"ale-py with sticky actions 0.25, frame skip 4, 84×84 grey, 4 stacked frames, rewards clipped for "
-            f"learning (the score is the raw game score). " + ("SMOKE RUN: a few hundred steps, to check the "
-                                                             "script; the numbers mean nothing." if args.smoke
-                                                             else ""))
+    return (f"A seed's score is its mean episode return over the last 10% of training (the training episodes, with "
+            f"the agent's exploration); IQM over seeds with a 95% percentile-bootstrap interval. 'design claims' is "
+            f"the number the starting design claimed at 1M steps (Breakout: at its own, unstated, budget). Atari "
+            f"rows: real Breakout through ale-py with sticky actions 0.25, frame skip 4, 84×84 grey, 4 stacked "
+            f"frames, rewards clipped for learning (the score is the raw game score). 'seconds': run + compile of "
+            f"all the row's pieces, on a machine that may have run other jobs beside them (see each piece's load). "
+            + ("SMOKE RUN: a few hundred steps, to check the script; the numbers mean nothing." if args.smoke
+               else ""))
 
 
-def _plot(name: str, curves: dict) -> None:
+def _plot(name: str, pieces: dict) -> None:
     plt = pyplot()
-    if plt is None:
+    if plt is None or not pieces:
         return
-    from benchmarks.curves import episode_returns
     from benchmarks.stats import iqm_along
 
-    envs = sorted({k.split("__")[0] for k in curves})
-    for env in envs:
+    for env in sorted({e for e, _ in pieces}):
         fig, ax = plt.subplots(figsize=(6, 4))
-        for key in sorted(k for k in curves if k.startswith(env + "__") and k.count("__") == 1):
-            returns = episode_returns(curves[key], curves[key + "__episode_count"])
-            ax.plot(curves[key + "__env_steps"], iqm_along(returns, axis=0), label=key.split("__")[1])
+        for (e, algo), got in sorted(pieces.items()):
+            if e != env:
+                continue
+            n = min(p["curve"].shape[1] for p in got)  # pieces of one row share their length unless steps differ
+            curve = np.concatenate([p["curve"][:, :n] for p in got])
+            ax.plot(got[0]["curve_env_steps"][:n], iqm_along(curve, axis=0), label=f"{algo} ({curve.shape[0]} seeds)")
         ax.set_xlabel("env steps per seed")
         ax.set_ylabel("episode return (IQM over seeds)")
-        ax.set_title(env.replace("_", ":", 1))
+        ax.set_title(env)
         ax.legend()
         fig.tight_layout()
-        fig.savefig(RESULTS / f"{name}_{env}.png", dpi=100)
+        fig.savefig(RESULTS / f"{name}_{env.replace(':', '_')}.png", dpi=100)
         plt.close(fig)
 
 

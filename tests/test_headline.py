@@ -3,6 +3,8 @@
 
 import argparse
 
+import numpy as np
+
 import pytest
 
 pytest.importorskip("Box2D", reason="the headline table's Box2D rows need the box2d extra")
@@ -41,3 +43,38 @@ def test_the_gpu_table_adds_10m_step_atari_and_minatar_rows():
     assert len(minatar) == 5 * 3
     for env, algo in minatar:
         headline.config_for(env, algo, 10_000_000, 5, smoke=False)
+
+
+def test_pieces_run_apart_add_up_to_one_table(tmp_path, monkeypatch):
+    import benchmarks.common
+
+    monkeypatch.setattr(headline, "RESULTS", tmp_path)
+    monkeypatch.setattr(benchmarks.common, "RESULTS", tmp_path)
+    env = "gymnasium:LunarLander-v3"
+    meta = {"env": env, "algo": "ppo", "source": "preset", "seeds": 2, "env_steps": 999_424, "run_seconds": 100.0,
+            "compile_seconds": 5.0, "git": "abc1234", "date": "2026-12-04 00:00 UTC", "machine": "m", "load": "1.0",
+            "note": ""}
+    returns = np.full((2, 3000), np.nan)
+    returns[:, 10:] = np.linspace(-200, 200, 2990)
+    steps = np.arange(1, 3001) * 333
+    for key, scores in ((0, [100.0, 120.0]), (1, [140.0, 160.0])):
+        headline.save_piece(headline.piece_path("headline", env, "ppo", key), scores=scores, returns=returns,
+                            env_steps=steps, meta={**meta, "key": key})
+    stored = headline.load_pieces("headline")[(env, "ppo")]
+    assert [p["key"] for p in stored] == [0, 1]
+    assert stored[0]["curve"].shape == (2, headline.CURVE_POINTS)  # binned
+    assert stored[0]["curve_env_steps"][-1] == steps[-1] and np.isnan(stored[0]["curve"][0, 0])
+
+    ran = []
+    monkeypatch.setattr(headline, "run_piece", lambda name, e, a, s, args: ran.append((e, a, args.seed)))
+    monkeypatch.setattr(headline, "_plot", lambda *a: None)
+    headline.main(["--envs", env, "--algos", "ppo", "dqn", "--seed", "1"])
+    assert ran == [(env, "dqn", 1)]  # the stored piece (ppo, key 1) is not run again
+    text = (tmp_path / "headline.md").read_text()
+    row = next(line for line in text.splitlines() if line.startswith(f"| {env} | ppo |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[4] == "4" and cells[6] == "100.0 120.0 140.0 160.0" and cells[8] == "210"
+    m, lo, hi = headline.iqm_ci(np.array([100.0, 120.0, 140.0, 160.0]))
+    assert cells[5] == f"{m:.1f} [{lo:.1f}, {hi:.1f}]" and m == 130.0
+    assert f"| {env} | dqn | preset | 1,000,000 | 0 | not run yet |" in text  # every planned row is listed
+    assert text.count("| abc1234 |") == 2  # each piece's provenance

@@ -173,9 +173,9 @@ def build(suite) -> str:
     else:
         meas, reading = "not measured (the throughput section was not run)", "—"
     rows.append(["Training is faster than a PyTorch baseline", meas, reading, cmd + " (throughput section)"])
-    row = transfer_row()
-    if row is not None:
-        rows.append(row)
+    for row in (transfer_row(), headline_row()):
+        if row is not None:
+            rows.append(row)
 
     lines = ["# Claims of the design, and what was measured", ""] + suite.header("")[2:] + [
         "| claim | measured | reading | command |", "|---|---|---|---|"]
@@ -229,6 +229,66 @@ def transfer_row(results=None) -> list[str] | None:
             + " — ".join(parts))
     return [TRANSFER_CLAIM, text, reading,
             "`python -m benchmarks.transfer --task cartpole\\|acrobot --seeds 8` (results/transfer_*.md)"]
+
+
+HEADLINE_CLAIM = ("RMT beats PPO and SAC at 1M env steps: LunarLander 285 vs 198 vs 231, BipedalWalker 312 vs 187 "
+                  "vs 269, Breakout 452 vs 318 vs 389")
+
+
+def headline_row(results=None) -> list[str] | None:
+    """The headline table's claim from the pieces `benchmarks.headline` stored (results/headline/),
+    or None when there are none. Read, not rerun: the rows take hours."""
+    from benchmarks import headline
+
+    pieces = headline.load_pieces("headline", results)
+    if not pieces:
+        return None
+    parts, reading = [], []
+    for env in headline.BOX2D:
+        cells = []
+        for algo in headline.BOX2D[env]:
+            got = pieces.get((env, algo))
+            claim = headline.CLAIMS.get((env, algo))
+            said = f" (claimed {claim})" if claim is not None else ""
+            if not got:
+                cells.append(f"{algo} not run yet{said}")
+                continue
+            scores = np.concatenate([p["scores"] for p in got])
+            cells.append(f"{algo} {headline.fmt(scores)}{said}, {len(scores)} seeds")
+        parts.append(f"{env.split(':')[1]}: " + "; ".join(cells))
+        measured = {a: headline.iqm_ci(np.concatenate([p["scores"] for p in pieces[(env, a)]]))
+                    for a in headline.BOX2D[env] if (env, a) in pieces}
+        if "rmt" in measured and len(measured) > 1:
+            _, lo, hi = measured["rmt"]
+            beats = [a for a, (_, l2, h2) in measured.items() if a != "rmt" and lo > h2]
+            loses = [a for a, (_, l2, h2) in measured.items() if a != "rmt" and hi < l2]
+            reading.append(f"{env.split(':')[1]}: RMT above {', '.join(beats) or 'none'}, below "
+                           f"{', '.join(loses) or 'none'} (95% intervals apart)")
+    missing = [f"{e.split(':')[1]} {a}" for e in headline.BOX2D for a in headline.BOX2D[e] if (e, a) not in pieces]
+    if missing:
+        reading.append(f"not run yet: {', '.join(missing)}")
+    return [HEADLINE_CLAIM, "IQM of each seed's last-10% return, 95% bootstrap interval, 1M env steps: "
+            + " — ".join(parts), "; ".join(reading) or "—",
+            "`python -m benchmarks.headline` (results/headline.md, run in pieces)"]
+
+
+def upsert_row(row: list[str], path=None) -> None:
+    """Put `row` into results/claims.md in place of the row with the same claim, else after the
+    table's last row (so a result read from stored runs lands without rerunning the suite)."""
+    from benchmarks.common import RESULTS
+
+    path = Path(path or RESULTS / "claims.md")
+    if not path.exists():
+        return
+    lines = path.read_text().splitlines()
+    text = "| " + " | ".join(row) + " |"
+    same = [i for i, line in enumerate(lines) if line.startswith(f"| {row[0]} |")]
+    if same:
+        lines[same[0]] = text
+    else:
+        last = max(i for i, line in enumerate(lines) if line.startswith("| "))
+        lines.insert(last + 1, text)
+    path.write_text("\n".join(lines) + "\n")
 
 
 def discovery_row(suite, command: str) -> list[str]:

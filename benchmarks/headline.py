@@ -193,10 +193,10 @@ def save_piece(path: Path, *, scores, returns, env_steps, meta: dict) -> None:
                         meta=np.array(json.dumps(meta)))
 
 
-def load_pieces(name: str) -> dict[tuple[str, str], list[dict]]:
+def load_pieces(name: str, results=None) -> dict[tuple[str, str], list[dict]]:
     """(env, algo) -> the pieces stored under results/NAME, in key order."""
     out: dict[tuple[str, str], list[dict]] = {}
-    for path in sorted((RESULTS / name).glob("*.npz")):
+    for path in sorted((Path(results or RESULTS) / name).glob("*.npz")):
         with np.load(path) as z:
             meta = json.loads(str(z["meta"]))
             piece = {**meta, "scores": z["scores"], "curve": z["curve"], "curve_env_steps": z["curve_env_steps"],
@@ -299,6 +299,10 @@ def write_headline(name: str, args) -> None:
                 ["env", "agent", "configuration", "env steps per seed", "seeds", "IQM of last-10% return [95% CI]",
                  "per seed", "design claims", "seconds"], table, notes=notes)
     _plot(name, pieces)
+    if name == "headline":
+        from benchmarks.claims import headline_row, upsert_row
+
+        upsert_row(headline_row())
 
 
 def _source(env: str, algo: str, smoke: bool) -> str:

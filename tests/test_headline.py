@@ -65,6 +65,8 @@ def test_pieces_run_apart_add_up_to_one_table(tmp_path, monkeypatch):
     assert stored[0]["curve"].shape == (2, headline.CURVE_POINTS)  # binned
     assert stored[0]["curve_env_steps"][-1] == steps[-1] and np.isnan(stored[0]["curve"][0, 0])
 
+    (tmp_path / "claims.md").write_text("# Claims\n\n| claim | measured | reading | command |\n|---|---|---|---|\n"
+                                        "| other | x | y | z |\n\nnotes\n")
     ran = []
     monkeypatch.setattr(headline, "run_piece", lambda name, e, a, s, args: ran.append((e, a, args.seed)))
     monkeypatch.setattr(headline, "_plot", lambda *a: None)
@@ -78,3 +80,9 @@ def test_pieces_run_apart_add_up_to_one_table(tmp_path, monkeypatch):
     assert cells[5] == f"{m:.1f} [{lo:.1f}, {hi:.1f}]" and m == 130.0
     assert f"| {env} | dqn | preset | 1,000,000 | 0 | not run yet |" in text  # every planned row is listed
     assert text.count("| abc1234 |") == 2  # each piece's provenance
+    # the design's claim beside the measured row in claims.md, added once and then kept current
+    claims = (tmp_path / "claims.md").read_text().splitlines()
+    assert claims[5].startswith("| RMT beats PPO and SAC at 1M env steps") and claims[4] == "| other | x | y | z |"
+    assert "ppo 130.0 [" in claims[5] and "(claimed 198), 4 seeds" in claims[5] and "rmt not run yet" in claims[5]
+    headline.main(["--table"])
+    assert (tmp_path / "claims.md").read_text().count("| RMT beats PPO") == 1

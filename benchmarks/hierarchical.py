@@ -2,7 +2,7 @@
 capacity all on the device (and against a device-only buffer of that 10%).
 
     python -m benchmarks.hierarchical [--env Breakout-MinAtar] [--seeds 4] [--steps 300000] \
-        [--capacity 50000] [--device-fraction 0.1] [--disk-fraction 0.5] [--sync-every 25] \
+        [--capacity 50000] [--device-fraction 0.1] [--disk-fraction 0.5] [--sync-every 4] \
         [--variants hierarchical tiered small] [--name hierarchical_Breakout-MinAtar]
 
 Every variant is RMT from its defaults (no preset: none is tuned to MinAtar), `--seeds` seeds
@@ -10,17 +10,19 @@ vmapped, key 0, `--steps` env steps:
 
 - `tiered`: the tiered buffer of `--capacity` items, all in device memory (the default replay);
 - `hierarchical`: the same capacity with `agent.replay: hierarchical`: `--device-fraction` of it
-  on the device, the rest in host RAM and (`--disk-fraction`) on disk, moved every
-  `--sync-every` iterations;
+  for the device, the rest in host RAM and (`--disk-fraction`) on disk, moved every
+  `--sync-every` iterations; `--set agent.hier_sampling=cache` for the device-cache sampler
+  (the default, `prefetch`, stages each chunk's draws on the device);
 - `small`: a tiered buffer of only the device level's size, all on the device — what the device
   memory alone would hold without the lower levels.
 
 A seed's score is its learning curve averaged over the last tenth of training
 (`curves.late_mean`); the table gives the IQM over seeds with a 95% bootstrap interval, the
 device memory the replay state holds per seed (every array of `state.replay`: the buffer, and
-for `hierarchical` also the outbox of one sync's transitions), the host RAM and disk of the
-lower levels, the hit rate (the share of the priority mass on device-resident items, averaged
-over the last tenth) and the seconds spent moving items. The table is rewritten after each
+for `hierarchical` also the outbox of one sync's transitions; with prefetch, the staged draws and
+the outbox), the host RAM and disk of the lower levels, the hit rate averaged over the last tenth
+(cache: the share of the priority mass on device-resident items; prefetch: the share of draws
+served from the staged ones) and the seconds spent moving items. The table is rewritten after each
 variant, so a partial run leaves the finished rows.
 """
 
@@ -46,9 +48,10 @@ def variant_overrides(name: str, args) -> dict:
     if name == "hierarchical":
         from rmtjax.config import parse_override
 
+        sync = {} if args.sync_every is None else {"agent.sync_every": args.sync_every}
         return {"agent.replay": "hierarchical", "agent.buffer_size": args.capacity,
                 "agent.device_fraction": args.device_fraction, "agent.disk_fraction": args.disk_fraction,
-                "agent.sync_every": args.sync_every, **dict(parse_override(s) for s in args.set)}
+                **sync, **dict(parse_override(s) for s in args.set)}
     raise SystemExit(f"unknown variant {name!r}: tiered, hierarchical or small")
 
 
@@ -64,7 +67,7 @@ def main(argv=None):
     ap.add_argument("--capacity", type=int, default=50_000)
     ap.add_argument("--device-fraction", type=float, default=0.1)
     ap.add_argument("--disk-fraction", type=float, default=0.5)
-    ap.add_argument("--sync-every", type=int, default=25)
+    ap.add_argument("--sync-every", type=int, default=None, help="agent.sync_every (default: the config's, 4)")
     ap.add_argument("--variants", nargs="+", default=["hierarchical", "tiered", "small"])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",

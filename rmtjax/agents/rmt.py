@@ -108,32 +108,36 @@ class RMTConfig(Section):
     bins: int = param(11, lo=2, hi=1001, doc="continuous actions: values per action dimension")
     # replay
     replay: str = param("tiered", choices=("tiered", "uniform", "prioritized", "hierarchical"),
-                        doc="hierarchical: the tiered buffer on the device as a cache over host-RAM and disk levels "
-                            "(rmtjax.replay.hierarchical; the options below)")
+                        doc="hierarchical: a capacity beyond device memory, held in host RAM and on disk, the "
+                            "device holding what the next chunk draws (rmtjax.replay.hierarchical and .prefetch; "
+                            "the options below)")
     tier_fractions: tuple[float, ...] = param((0.01, 0.1, 0.89), lo=0.0, hi=1.0,
                                               doc="hot/warm/cold shares of the capacity: the tier thresholds track "
                                                   "the matching quantiles of |TD error|")
     tier_proportions: tuple[float, ...] = param((0.25, 0.35, 0.4), lo=0.0, hi=1.0, doc="hot/warm/cold sampling shares")
     priority_alpha: float = param(0.6, lo=0.0, hi=1.0, doc="prioritized replay exponent")
-    device_fraction: float = param(0.1, lo=0.0, hi=1.0, lo_open=True, doc="hierarchical: share of buffer_size held "
-                                                                           "on the device (the tiered buffer)")
+    device_fraction: float = param(0.1, lo=0.0, hi=1.0, lo_open=True, doc="hierarchical: share of buffer_size the "
+                                                                           "device may hold (prefetch: the staged draws "
+                                                                           "and outbox must fit in it; cache: the "
+                                                                           "tiered buffer)")
     disk_fraction: float = param(0.0, lo=0.0, hi=1.0, doc="hierarchical: share of buffer_size held on disk "
                                                           "(memory-mapped files); host RAM holds the rest")
     disk_dir: str = param("", doc="hierarchical: directory of the disk level's files; '' for the run directory's "
                                   "replay_disk/ (a temporary directory without a run directory)")
-    sync_every: int = param(100, lo=1, doc="hierarchical: iterations between moves across levels (the driver's "
+    sync_every: int = param(4, lo=1, doc="hierarchical: iterations between moves across levels (the driver's "
                                            "chunks are at most this long)")
-    refresh_share: float = param(0.25, lo=0.0, hi=1.0, doc="hierarchical: share of the device's cold tier replaced "
-                                                           "at each move by lower-level items drawn by priority")
-    priority: str = param("|td|^0.6 + 0.01", doc="hierarchical: priority of an item from its last |TD error| `td` "
+    refresh_share: float = param(0.25, lo=0.0, hi=1.0, doc="hierarchical, cache: share of the device's cold tier "
+                                                           "replaced at each move by lower-level items drawn by priority")
+    priority: str = param("|td|^0.6 + 0.01", doc="hierarchical, cache: priority of an item from its last |TD error| `td` "
                                                  "(numbers, + - * / ^, |...|, sqrt, log, log1p, exp, min, max)")
-    replay_warmup: int = param(0, lo=0, doc="hierarchical: items the lower levels hold before refreshes begin")
-    hier_sampling: str = param("cache", choices=("cache", "prefetch"),
-                               doc="hierarchical: what minibatches are drawn from. cache: the device level's tiered "
-                                   "buffer (its cold tier refreshed from the lower levels by `priority`); prefetch: "
-                                   "the whole capacity, ranked into tiers by |TD| on the host, each chunk's draws "
-                                   "staged on the device before it (rmtjax.replay.prefetch; the device then holds "
-                                   "sync_every × updates per iteration × batch_size draws and one chunk's outbox)")
+    replay_warmup: int = param(0, lo=0, doc="hierarchical: items the lower levels hold before refreshes (cache) or "
+                                            "stagings (prefetch) begin")
+    hier_sampling: str = param("prefetch", choices=("prefetch", "cache"),
+                               doc="hierarchical: what minibatches are drawn from. prefetch: the whole capacity, "
+                                   "ranked into tiers by |TD| on the host, each chunk's draws staged on the device "
+                                   "before it (rmtjax.replay.prefetch; the device holds sync_every × updates per "
+                                   "iteration × batch_size draws and one chunk's outbox); cache: the device level's "
+                                   "tiered buffer, its cold tier refreshed from the lower levels by `priority`")
     beta_start: float = param(0.4, lo=0.0, hi=1.0, doc="importance-weight exponent, annealed to 1")
     # exploration
     exploration: str = param("eps_boltzmann", choices=("eps_boltzmann", "eps_greedy"))

@@ -1,5 +1,10 @@
 """Replay beyond device memory: the tiered buffer on the device is a cache over host-RAM and disk levels.
 
+This is `agent.hier_sampling: cache`. The default sampler, `prefetch` (`rmtjax.replay.prefetch`),
+keeps these host and disk levels (`Levels`) but draws over the whole capacity and stages the
+draws on the device; it learnt far better at the same device budget (README, "Replay beyond
+device memory").
+
 The compiled loop reads device memory only. Inside it, `HierarchicalReplay` is the tiered buffer
 (`rmtjax.replay.tiered`, hot/warm/cold keyed on |TD error|) of `device_fraction` of the capacity,
 plus an *outbox*: every transition the loop adds is also copied there, in order, with its |TD|

@@ -148,7 +148,8 @@ def test_a_bad_priority_formula_is_a_config_error(text, says):
 def small(**overrides):
     base = {"train.total_steps": 2400, "train.num_seeds": 2, "train.progress": False, "env.num_envs": 4,
             "agent.rollout_len": 2, "agent.torso": "mlp", "agent.hidden": [16], "agent.batch_size": 16,
-            "agent.learning_starts": 200, "agent.replay": "hierarchical", "agent.buffer_size": 800,
+            "agent.learning_starts": 200, "agent.replay": "hierarchical", "agent.hier_sampling": "cache",
+            "agent.buffer_size": 800,
             "agent.device_fraction": 0.25, "agent.disk_fraction": 0.5, "agent.sync_every": 25,
             "agent.tier_fractions": [0.05, 0.15, 0.8], "train.num_chunks": 3}
     return rmtjax.make_config("rmt", "CartPole-v1", {**base, **overrides})

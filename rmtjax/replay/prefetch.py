@@ -183,6 +183,15 @@ def tier_counts(n: int, fractions) -> tuple[int, int, int]:
     return hot, warm, n - hot - warm
 
 
+def rank_tiers(td: np.ndarray, caps) -> list[np.ndarray]:
+    """Positions of the caps[0] items with the highest |TD| (hot), the next caps[1] (warm) and
+    the rest (cold); O(n) (a partition, not a sort: the order within a tier is arbitrary)."""
+    n, cut = td.shape[0], (caps[0], caps[0] + caps[1])
+    kth = [k for k in cut if 0 < k < n]
+    order = np.argpartition(-td, kth) if kth else np.arange(n)
+    return [order[:cut[0]], order[cut[0]:cut[1]], order[cut[1]:]]
+
+
 def draw_tiers(rng: np.random.Generator, minibatches: int, batch_size: int, share: np.ndarray) -> np.ndarray:
     """[minibatches, batch_size] tier of each draw: per minibatch, systematic sampling on `share`
     (each tier floor or ceil of batch_size * share draws), as `tiered.sample` splits a minibatch."""
@@ -277,10 +286,8 @@ class PrefetchLevels(Levels):
                 continue
             rng = np.random.default_rng([self.seed, s, self.syncs])
             td = np.concatenate([self.host_td[s, :host_n[s]], self.disk_td[s, :disk_n[s]]])
-            order = np.argsort(-td, kind="stable")  # by |TD|, highest first
             caps = tier_counts(n, self.fractions)
-            bounds = np.cumsum((0,) + caps)
-            members = [order[bounds[t]:bounds[t + 1]] for t in range(3)]
+            members = rank_tiers(td, caps)
             share = self.proportions * (np.asarray(caps) > 0)
             share = share / share.sum() if share.sum() > 0 else np.asarray(caps, np.float64) / n
             tiers = draw_tiers(rng, D // B, B, share).reshape(-1)
@@ -297,7 +304,7 @@ class PrefetchLevels(Levels):
             prob[s] = (share[tiers] / np.asarray(caps, np.float64)[tiers]).astype(np.float32)
             tier_of[s], td_of[s] = tiers, td[index]
             count[s], total[s], sizes[s] = D, n, caps
-            thresholds[s] = [td[members[0][-1]] if caps[0] else np.inf, td[members[1][-1]] if caps[1] else np.inf]
+            thresholds[s] = [td[members[t]].min() if caps[t] else np.inf for t in (0, 1)]
             pool[s] = td[rng.integers(0, n, POOL)]
         new = replay.replace(
             staged=jax.tree.unflatten(self.treedef, staged), staged_uid=uid, staged_prob=prob, staged_tier=tier_of,
@@ -305,7 +312,7 @@ class PrefetchLevels(Levels):
             cursor=np.zeros(S, np.int32), items_total=total, tier_sizes=sizes, thresholds=thresholds, pool_td=pool,
             outbox_count=np.zeros(S, np.int32), draws=np.zeros(S, np.int32), overrun=np.zeros(S, np.int32),
             fallback=np.zeros(S, np.int32))
-        new = jax.tree.map(jnp.asarray, new)
+        new = jax.device_put(new)
         self.syncs += 1
         seconds = time.perf_counter() - t0
         self.seconds += seconds

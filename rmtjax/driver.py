@@ -593,35 +593,43 @@ def evaluate(source, episodes: int = 10, key: jax.Array | None = None, *, max_st
     limit = max_steps if max_steps is not None else (env.spec.max_episode_steps or 100_000)
     key = jax.random.key(0) if key is None else key
 
-    def one_seed(params, obs_stats, key):
+    def start(obs_stats, key):
         key, k_reset = jax.random.split(key)
         obs, env_state = env.reset(k_reset, obs_stats=obs_stats)
         zeros = jax.numpy.zeros(episodes, jax.numpy.float32)
+        return (obs, env_state, key, zeros, zeros.astype(jax.numpy.int32), zeros.astype(bool),
+                agent.initial_carry(episodes), jax.numpy.ones(episodes, bool))
 
+    def step_seed(params, c):
+        obs, env_state, key, returns, lengths, finished, carry, reset = c
+        key, k_act, k_env = jax.random.split(key, 3)
+        action, carry = agent.act_step(params, carry, obs, reset, k_act)  # a recurrent agent's memory in `carry`
+        obs, env_state, _, _, _, info = env.step(k_env, env_state, action, frozen=True)
+        reset = info["done"]
+        # each env's first episode counts: its statistics the moment it ends
+        first = (env_state.episodes_done > 0) & ~finished
+        returns = jax.numpy.where(first, env_state.last_return, returns)
+        lengths = jax.numpy.where(first, env_state.last_length, lengths)
+        return obs, env_state, key, returns, lengths, finished | first, carry, reset
+
+    def run(params, obs_stats, keys):
+        # the loop is over all seeds (one step of every seed per turn, until every seed's episodes
+        # have ended): a loop condition batched over seeds cannot hold a host env's callbacks
         def running(c):
-            t, *_, finished, _, _ = c
-            return (t < limit) & ~finished.all()
+            t, seeds = c
+            return (t < limit) & ~seeds[5].all()
 
         def step(c):
-            t, obs, env_state, key, returns, lengths, finished, carry, reset = c
-            key, k_act, k_env = jax.random.split(key, 3)
-            action, carry = agent.act_step(params, carry, obs, reset, k_act)  # a recurrent agent's memory in `carry`
-            obs, env_state, _, _, _, info = env.step(k_env, env_state, action, frozen=True)
-            reset = info["done"]
-            # each env's first episode counts: its statistics the moment it ends
-            first = (env_state.episodes_done > 0) & ~finished
-            returns = jax.numpy.where(first, env_state.last_return, returns)
-            lengths = jax.numpy.where(first, env_state.last_length, lengths)
-            return t + 1, obs, env_state, key, returns, lengths, finished | first, carry, reset
+            t, seeds = c
+            return t + 1, jax.vmap(step_seed)(params, seeds)
 
-        init = (0, obs, env_state, key, zeros, zeros.astype(jax.numpy.int32), zeros.astype(bool),
-                agent.initial_carry(episodes), jax.numpy.ones(episodes, bool))
-        _, _, env_state, _, returns, lengths, finished, *_ = jax.lax.while_loop(running, step, init)
+        _, (_, env_state, _, returns, lengths, finished, *_) = jax.lax.while_loop(
+            running, step, (0, jax.vmap(start)(obs_stats, keys)))
         returns = jax.numpy.where(finished, returns, env_state.episode_return)
         lengths = jax.numpy.where(finished, lengths, env_state.episode_length)
         return returns, lengths, finished
 
     state = result.state
     keys = jax.random.split(key, config.train.num_seeds)
-    out = jax.jit(jax.vmap(one_seed))(state.params, state.env_state.obs_stats, keys)
+    out = jax.jit(run)(state.params, state.env_state.obs_stats, keys)
     return EvalResult(*(np.asarray(x) for x in jax.device_get(out)))

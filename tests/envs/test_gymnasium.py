@@ -158,6 +158,14 @@ def test_ppo_trains_through_the_adapter_with_two_seeds():
     np.testing.assert_allclose(result.final_return, np.asarray(last.last_length).mean(1))
     assert np.all(np.asarray(last.inner.step) == 2048 // 4)
     assert result.state.env_state.inner.step.shape == (2, 4)
+    # greedy evaluation on fresh host envs: one host call per step for both seeds (a loop condition
+    # batched over seeds could not hold the callbacks: it raised before evaluate looped over seeds)
+    ev = rmtjax.evaluate(result, episodes=3, key=jax.random.key(1))
+    assert ev.returns.shape == (2, 3) and ev.finished.all()
+    np.testing.assert_array_equal(ev.returns, ev.lengths)  # CartPole: return = length
+    assert np.all((ev.lengths >= 8) & (ev.lengths <= 500))
+    again = rmtjax.evaluate(result, episodes=3, key=jax.random.key(1))
+    np.testing.assert_array_equal(again.returns, ev.returns)  # reproducible from its key
 
 
 def test_async_vectorisation_gives_the_same_steps_as_sync():

@@ -81,6 +81,11 @@ CLAIMS = {
     (ATARI_ENV, "rmt"): 452, (ATARI_ENV, "ppo"): 318,
 }
 
+# where each Box2D preset's settings come from (rmtjax/configs/{algo}_gymnasium_{env}.yaml say more)
+PRESET_SOURCE = {"ppo": "preset: rl-baselines3-zoo's", "rmt": "preset: RMT's own, untuned",
+                 "dqn": "preset: RMT's shared settings, not a published config",
+                 "sac": "preset: usual SAC settings, not the zoo's"}
+
 # the Atari protocol's wrappers that live in rmtjax's env section (the rest is the atari: adapter's)
 ATARI_ENV_SETTINGS = {"env.frame_stack": 4, "env.reward_clip": 1.0}
 ATARI = {
@@ -119,7 +124,7 @@ def config_for(env: str, algo: str, steps: int, seeds: int, smoke: bool):
         source = {"dqn": "CleanRL dqn_atari (smaller replay)", "ppo": "CleanRL ppo_atari",
                   "pqn": "purejaxql Atari, fewer envs", "rmt": "RMT defaults, DQN's replay ratio"}[algo]
     else:
-        source = "preset" if _has_preset(algo, env) else "defaults (no preset)"
+        source = PRESET_SOURCE.get(algo, "preset") if _has_preset(algo, env) else "defaults (no preset)"
     if smoke:
         overrides.update(SMOKE[algo])
         if env == ATARI_ENV:
@@ -171,6 +176,17 @@ def fmt(values) -> str:
 # or machines add up to one table; a piece already stored is not run again.
 
 CURVE_POINTS = 500  # curves are stored binned to at most this many points per seed
+EVAL_EPISODES = 20  # greedy evaluation episodes per seed after training
+
+# published results of the baselines' configurations, for the reproduction check (one run each,
+# deterministic evaluation; rl-baselines3-zoo benchmark.md; their v2 envs, at their budgets)
+PUBLISHED = {
+    ("gymnasium:LunarLander-v3", "ppo"): "242.1 ± 31.8 (zoo, 1M)",
+    ("gymnasium:LunarLanderContinuous-v3", "ppo"): "270.9 ± 32.1 (zoo, 1M)",
+    ("gymnasium:BipedalWalker-v3", "ppo"): "213.3 ± 129.5 (zoo, 5M)",
+    ("gymnasium:LunarLanderContinuous-v3", "sac"): "260.4 ± 65.5 (zoo, 500k)",
+    ("gymnasium:BipedalWalker-v3", "sac"): "297.7 ± 33.1 (zoo, 500k)",
+}
 
 
 def piece_path(name: str, env: str, algo: str, key: int) -> Path:
@@ -186,11 +202,12 @@ def binned(values: np.ndarray, env_steps: np.ndarray, points: int = CURVE_POINTS
     return curve, env_steps[edges[1:] - 1]
 
 
-def save_piece(path: Path, *, scores, returns, env_steps, meta: dict) -> None:
+def save_piece(path: Path, *, scores, returns, env_steps, meta: dict, eval_scores=None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     curve, steps = binned(returns, env_steps)
+    extra = {} if eval_scores is None else {"eval_scores": np.asarray(eval_scores, np.float64)}
     np.savez_compressed(path, scores=np.asarray(scores, np.float64), curve=curve, curve_env_steps=steps,
-                        meta=np.array(json.dumps(meta)))
+                        meta=np.array(json.dumps(meta)), **extra)
 
 
 def load_pieces(name: str, results=None) -> dict[tuple[str, str], list[dict]]:
@@ -200,7 +217,7 @@ def load_pieces(name: str, results=None) -> dict[tuple[str, str], list[dict]]:
         with np.load(path) as z:
             meta = json.loads(str(z["meta"]))
             piece = {**meta, "scores": z["scores"], "curve": z["curve"], "curve_env_steps": z["curve_env_steps"],
-                     "path": path}
+                     "eval_scores": z["eval_scores"] if "eval_scores" in z.files else None, "path": path}
         out.setdefault((meta["env"], meta["algo"]), []).append(piece)
     for pieces in out.values():
         pieces.sort(key=lambda p: p["key"])
@@ -215,9 +232,12 @@ def run_piece(name: str, env: str, algo: str, steps: int, args) -> Path:
     m = result.metrics
     env_steps = m["env_steps"][0]
     scores = late_mean(m["episode_return"], env_steps, m["episode_count"], int(env_steps[-1]))
+    # greedy evaluation episodes per seed, as published results (e.g. rl-baselines3-zoo's) report
+    evaluation = rmtjax.evaluate(result, episodes=EVAL_EPISODES if not args.smoke else 2,
+                                 key=jax.random.key(args.seed + 10_000))
     path = piece_path(name, env, algo, args.seed)
-    save_piece(path, scores=scores, returns=episode_returns(m["episode_return"], m["episode_count"]),
-               env_steps=env_steps,
+    save_piece(path, scores=scores, eval_scores=evaluation.returns.mean(axis=1),
+               returns=episode_returns(m["episode_return"], m["episode_count"]), env_steps=env_steps,
                meta={"env": env, "algo": algo, "source": source, "key": args.seed, "seeds": args.seeds,
                      "env_steps": int(env_steps[-1]), "run_seconds": round(result.run_seconds, 1),
                      "compile_seconds": round(result.compile_seconds, 1), "wall_seconds": round(time.time() - t0, 1),
@@ -279,15 +299,21 @@ def write_headline(name: str, args) -> None:
     table, provenance = [], []
     for env, algo, steps in plan:
         got = pieces.get((env, algo), [])
+        published = PUBLISHED.get((env, algo), "")
         if not got:
-            table.append([env, algo, _source(env, algo, args.smoke), f"{steps:,}", 0, "not run yet", "",
-                          CLAIMS.get((env, algo), ""), ""])
+            table.append([env, algo, _source(env, algo, args.smoke), f"{steps:,}", 0, "not run yet", "", "",
+                          CLAIMS.get((env, algo), ""), published, ""])
             continue
         scores = np.concatenate([p["scores"] for p in got])
+        evals = [p["eval_scores"] for p in got if p["eval_scores"] is not None]
+        evaluated = np.concatenate(evals) if evals else np.zeros(0)
+        eval_cell = (fmt(evaluated) + ("" if len(evaluated) == len(scores) else f" ({len(evaluated)} seeds)")
+                     if len(evaluated) else "—")
         env_steps = {p["env_steps"] for p in got}
         table.append([env, algo, got[0]["source"], " / ".join(f"{s:,}" for s in sorted(env_steps)), len(scores),
-                      fmt(scores), " ".join("nan" if np.isnan(v) else f"{v:.1f}" for v in scores),
-                      CLAIMS.get((env, algo), ""), f"{sum(p['run_seconds'] + p['compile_seconds'] for p in got):.0f}"])
+                      fmt(scores), " ".join("nan" if np.isnan(v) else f"{v:.1f}" for v in scores), eval_cell,
+                      CLAIMS.get((env, algo), ""), published,
+                      f"{sum(p['run_seconds'] + p['compile_seconds'] for p in got):.0f}"])
         for p in got:
             provenance.append([env, algo, p["key"], p["seeds"], f"{p['env_steps']:,}", p["git"], p["date"],
                                p["load"], f"{p['run_seconds']:.0f} + {p['compile_seconds']:.0f}", p["note"] or ""])
@@ -297,7 +323,8 @@ def write_headline(name: str, args) -> None:
                        + ["| " + " | ".join(str(c) for c in r) + " |" for r in provenance])
     write_table(name, "Headline table (issue 22)" + (" — smoke run, not results" if args.smoke else ""),
                 ["env", "agent", "configuration", "env steps per seed", "seeds", "IQM of last-10% return [95% CI]",
-                 "per seed", "design claims", "seconds"], table, notes=notes)
+                 "per seed", f"greedy eval IQM ({EVAL_EPISODES} episodes a seed)", "design claims",
+                 "published (its config)", "seconds"], table, notes=notes)
     _plot(name, pieces)
     if name == "headline":
         from benchmarks.claims import headline_row, upsert_row
@@ -311,7 +338,10 @@ def _source(env: str, algo: str, smoke: bool) -> str:
 
 def _notes(args) -> str:
     return (f"A seed's score is its mean episode return over the last 10% of training (the training episodes, with "
-            f"the agent's exploration); IQM over seeds with a 95% percentile-bootstrap interval. 'design claims' is "
+            f"the agent's exploration); IQM over seeds with a 95% percentile-bootstrap interval. 'greedy eval': "
+            f"after training, each seed's mean return over {EVAL_EPISODES} greedy episodes (the deterministic "
+            f"policy) on fresh envs (`rmtjax.evaluate`), IQM over seeds — what 'published' reports (a row the "
+            f"evaluation was added after has '—'). 'design claims' is "
             f"the number the starting design claimed at 1M steps (Breakout: at its own, unstated, budget). Atari "
             f"rows: real Breakout through ale-py with sticky actions 0.25, frame skip 4, 84×84 grey, 4 stacked "
             f"frames, rewards clipped for learning (the score is the raw game score). 'seconds': run + compile of "

@@ -32,7 +32,7 @@ def test_the_cpu_table_has_every_row_of_the_issue_and_each_builds():
         if env == "atari:Breakout":
             assert cfg.agent.torso == "nature_cnn" and cfg.env.frame_stack == 4 and cfg.env.reward_clip == 1.0
         else:
-            assert source == ("defaults (no preset)" if algo == "pqn" else "preset")
+            assert source == ("defaults (no preset)" if algo == "pqn" else headline.PRESET_SOURCE[algo])
 
 
 def test_the_gpu_table_adds_10m_step_atari_and_minatar_rows():
@@ -75,10 +75,11 @@ def test_pieces_run_apart_add_up_to_one_table(tmp_path, monkeypatch):
     text = (tmp_path / "headline.md").read_text()
     row = next(line for line in text.splitlines() if line.startswith(f"| {env} | ppo |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[4] == "4" and cells[6] == "100.0 120.0 140.0 160.0" and cells[8] == "210"
+    assert cells[4] == "4" and cells[6] == "100.0 120.0 140.0 160.0" and cells[10] == "210"
+    assert cells[7] == "—" and cells[9] == headline.PUBLISHED[(env, "ppo")]  # no evaluation stored in these pieces
     m, lo, hi = headline.iqm_ci(np.array([100.0, 120.0, 140.0, 160.0]))
     assert cells[5] == f"{m:.1f} [{lo:.1f}, {hi:.1f}]" and m == 130.0
-    assert f"| {env} | dqn | preset | 1,000,000 | 0 | not run yet |" in text  # every planned row is listed
+    assert f"| {env} | dqn | {headline.PRESET_SOURCE['dqn']} | 1,000,000 | 0 | not run yet |" in text  # every planned row is listed
     assert text.count("| abc1234 |") == 2  # each piece's provenance
     # the design's claim beside the measured row in claims.md, added once and then kept current
     claims = (tmp_path / "claims.md").read_text().splitlines()

@@ -6,6 +6,7 @@
     python -m benchmarks.headline --envs gymnasium:LunarLander-v3 --algos rmt ppo   # some rows
     python -m benchmarks.headline --envs gymnasium:BipedalWalker-v3 --algos sac --seeds 1 --seed 3   # one seed
     python -m benchmarks.headline --table         # rebuild the table from what is stored
+    python -m benchmarks.headline --repro         # baselines at a published config and budget
 
 Rows run in pieces: each invocation stores every row it trains (its seeds, from key `--seed`) in
 `results/NAME/<env>__<algo>__key<K>.npz`, and the table is rebuilt from all the pieces stored
@@ -81,6 +82,24 @@ CLAIMS = {
     (ATARI_ENV, "rmt"): 452, (ATARI_ENV, "ppo"): 318,
 }
 
+# `--repro`: baselines at a published configuration *and budget*, to check that they reproduce the
+# published number before a comparison with them is quoted (results/headline_repro.md).
+# (env, algo) -> (env steps, overrides on the preset, where they come from)
+REPRO = {
+    # rl-baselines3-zoo hyperparams/dqn.yml, LunarLander-v2 ("Tuned"): 1 env, a gradient step per
+    # env step (train_freq 4, gradient_steps -1), target every 250 steps, ε 1 -> 0.1 over 12%,
+    # Huber loss and a gradient-norm clip of 10 (stable-baselines3's DQN defaults)
+    ("gymnasium:LunarLander-v3", "dqn"): (100_000, {
+        "env.num_envs": 1, "agent.rollout_len": 4, "agent.updates_per_step": 1.0, "agent.batch_size": 128,
+        "agent.buffer_size": 50_000, "agent.learning_starts": 0, "agent.lr": 6.3e-4, "agent.lr_end_frac": 1.0,
+        "agent.gamma": 0.99, "agent.target_update_every": 250, "agent.eps_start": 1.0, "agent.eps_end": 0.1,
+        "agent.eps_decay_frac": 0.12, "agent.loss": "huber", "agent.max_grad_norm": 10.0,
+        "agent.hidden": [256, 256], "agent.double_q": False, "agent.n_step": 1},
+        "rl-baselines3-zoo's (dqn.yml), at its 100k"),
+    # the PPO presets are the zoo's; at the zoo's budget of 1M for LunarLander the headline row is the check
+}
+PUBLISHED_REPRO = {("gymnasium:LunarLander-v3", "dqn"): "154.4 ± 79.2 (zoo, 100k)"}
+
 # where each Box2D preset's settings come from (rmtjax/configs/{algo}_gymnasium_{env}.yaml say more)
 PRESET_SOURCE = {"ppo": "preset: rl-baselines3-zoo's", "rmt": "preset: RMT's own, untuned",
                  "dqn": "preset: RMT's shared settings, not a published config",
@@ -114,11 +133,14 @@ SMOKE_ROWS = (("gymnasium:LunarLander-v3", "ppo"), ("gymnasium:LunarLanderContin
               (ATARI_ENV, "dqn"))
 
 
-def config_for(env: str, algo: str, steps: int, seeds: int, smoke: bool):
+def config_for(env: str, algo: str, steps: int, seeds: int, smoke: bool, repro: bool = False):
     """The config of one row and a short description of where its settings come from."""
     overrides = {"train.total_steps": steps, "train.num_seeds": seeds, "train.progress": False,
                  "train.num_chunks": 1 if smoke else 20}
-    if env == ATARI_ENV:
+    if repro:
+        _, settings, source = REPRO[(env, algo)]
+        overrides.update(settings)
+    elif env == ATARI_ENV:
         overrides.update(ATARI_ENV_SETTINGS)
         overrides.update(ATARI[algo])
         source = {"dqn": "CleanRL dqn_atari (smaller replay)", "ppo": "CleanRL ppo_atari",
@@ -147,6 +169,9 @@ def rows_to_run(args) -> list[tuple[str, str, int]]:
     """(env, algo, env steps per seed) for every row this invocation runs."""
     if args.smoke:
         return [(e, a, args.steps) for e, a in SMOKE_ROWS]
+    if getattr(args, "repro", False):
+        rows = [(e, a, steps) for (e, a), (steps, _, _) in REPRO.items()]
+        return [r for r in rows if (not args.envs or r[0] in args.envs) and (not args.algos or r[1] in args.algos)]
     rows = [(e, a, args.steps) for e, algos in BOX2D.items() for a in algos]
     atari_steps = 10_000_000 if args.gpu else args.atari_steps
     rows += [(ATARI_ENV, a, atari_steps) for a in ("rmt", "dqn", "pqn", "ppo")]
@@ -226,7 +251,7 @@ def load_pieces(name: str, results=None) -> dict[tuple[str, str], list[dict]]:
 
 def run_piece(name: str, env: str, algo: str, steps: int, args) -> Path:
     """Train one row's `args.seeds` seeds from key `args.seed` and store them as a piece."""
-    cfg, source = config_for(env, algo, steps, args.seeds, args.smoke)
+    cfg, source = config_for(env, algo, steps, args.seeds, args.smoke, getattr(args, "repro", False))
     t0 = time.time()
     result = rmtjax.train(cfg, jax.random.key(args.seed))
     m = result.metrics
@@ -264,6 +289,8 @@ def main(argv=None):
     ap.add_argument("--algos", nargs="+", default=None, help="only these agents")
     ap.add_argument("--gpu", action="store_true", help="add the 10M-step Atari and MinAtar rows (for a GPU)")
     ap.add_argument("--smoke", action="store_true", help="three rows at a few hundred steps: checks the script")
+    ap.add_argument("--repro", action="store_true", help="the reproduction rows: baselines at a published config "
+                                                         "and budget (results/headline_repro.md)")
     ap.add_argument("--table", action="store_true", help="run nothing: rebuild the table from the stored pieces")
     ap.add_argument("--redo", action="store_true", help="run a piece again even if it is stored")
     ap.add_argument("--note", default="", help="a line stored with each piece (e.g. what else the machine ran)")
@@ -275,7 +302,10 @@ def main(argv=None):
     args.seeds = args.seeds or (2 if args.smoke else 5)
     if args.smoke:
         args.atari_steps = 128
-    name = args.name or ("headline_smoke" if args.smoke else "headline_gpu" if args.gpu else "headline")
+    if args.repro and (args.smoke or args.gpu):
+        ap.error("--repro runs the reproduction rows alone")
+    name = args.name or ("headline_smoke" if args.smoke else "headline_gpu" if args.gpu else
+                         "headline_repro" if args.repro else "headline")
 
     started = time.time()
     for env, algo, steps in ([] if args.table else rows_to_run(args)):
@@ -299,9 +329,10 @@ def write_headline(name: str, args) -> None:
     table, provenance = [], []
     for env, algo, steps in plan:
         got = pieces.get((env, algo), [])
-        published = PUBLISHED.get((env, algo), "")
+        published = (PUBLISHED_REPRO if getattr(args, "repro", False) else PUBLISHED).get((env, algo), "")
         if not got:
-            table.append([env, algo, _source(env, algo, args.smoke), f"{steps:,}", 0, "not run yet", "", "",
+            table.append([env, algo, _source(env, algo, args.smoke, getattr(args, "repro", False)), f"{steps:,}", 0,
+                          "not run yet", "", "",
                           CLAIMS.get((env, algo), ""), published, ""])
             continue
         scores = np.concatenate([p["scores"] for p in got])
@@ -321,7 +352,9 @@ def write_headline(name: str, args) -> None:
     notes += "\n".join(["| env | agent | key | seeds | env steps | git | date | load (1/5/15 min) | run + compile s | note |",
                         "|---|---|---|---|---|---|---|---|---|---|"]
                        + ["| " + " | ".join(str(c) for c in r) + " |" for r in provenance])
-    write_table(name, "Headline table (issue 22)" + (" — smoke run, not results" if args.smoke else ""),
+    title = ("Reproductions: baselines at a published configuration and budget (issue 22)"
+             if getattr(args, "repro", False) else "Headline table (issue 22)")
+    write_table(name, title + (" — smoke run, not results" if args.smoke else ""),
                 ["env", "agent", "configuration", "env steps per seed", "seeds", "IQM of last-10% return [95% CI]",
                  "per seed", f"greedy eval IQM ({EVAL_EPISODES} episodes a seed)", "design claims",
                  "published (its config)", "seconds"], table, notes=notes)
@@ -332,8 +365,8 @@ def write_headline(name: str, args) -> None:
         upsert_row(headline_row())
 
 
-def _source(env: str, algo: str, smoke: bool) -> str:
-    return config_for(env, algo, 1_000_000, 1, smoke)[1]
+def _source(env: str, algo: str, smoke: bool, repro: bool = False) -> str:
+    return config_for(env, algo, 1_000_000, 1, smoke, repro)[1]
 
 
 def _notes(args) -> str:

@@ -15,7 +15,7 @@ from benchmarks import headline  # noqa: E402
 
 
 def args(**kw):
-    base = dict(smoke=False, gpu=False, steps=1_000_000, atari_steps=200_000, envs=None, algos=None)
+    base = dict(smoke=False, gpu=False, repro=False, steps=1_000_000, atari_steps=200_000, envs=None, algos=None)
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -33,6 +33,17 @@ def test_the_cpu_table_has_every_row_of_the_issue_and_each_builds():
             assert cfg.agent.torso == "nature_cnn" and cfg.env.frame_stack == 4 and cfg.env.reward_clip == 1.0
         else:
             assert source == ("defaults (no preset)" if algo == "pqn" else headline.PRESET_SOURCE[algo])
+
+
+def test_the_reproduction_rows_run_the_published_config_at_its_budget():
+    rows = headline.rows_to_run(args(repro=True))
+    assert rows == [("gymnasium:LunarLander-v3", "dqn", 100_000)]
+    cfg, source = headline.config_for("gymnasium:LunarLander-v3", "dqn", 100_000, 5, smoke=False, repro=True)
+    a = cfg.agent
+    assert "rl-baselines3-zoo" in source and cfg.train.total_steps == 100_000 and cfg.env.num_envs == 1
+    assert (a.updates_per_step, a.batch_size, a.buffer_size, a.learning_starts, a.target_update_every) == (
+        1.0, 128, 50_000, 0, 250)
+    assert (a.lr, a.eps_end, a.eps_decay_frac, a.loss, tuple(a.hidden)) == (6.3e-4, 0.1, 0.12, "huber", (256, 256))
 
 
 def test_the_gpu_table_adds_10m_step_atari_and_minatar_rows():

@@ -96,14 +96,19 @@ REPRO = {
         "agent.eps_decay_frac": 0.12, "agent.loss": "huber", "agent.max_grad_norm": 10.0,
         "agent.hidden": [256, 256], "agent.double_q": False, "agent.n_step": 1},
         "rl-baselines3-zoo's (dqn.yml), at its 100k"),
+    # the SAC presets are the zoo's (lr held constant; no gSDE for BipedalWalker): at its 500k
+    ("gymnasium:LunarLanderContinuous-v3", "sac"): (500_000, {}, "rl-baselines3-zoo's (sac.yml), at its 500k"),
+    ("gymnasium:BipedalWalker-v3", "sac"): (500_000, {}, "rl-baselines3-zoo's (sac.yml, no gSDE), at its 500k"),
     # the PPO presets are the zoo's; at the zoo's budget of 1M for LunarLander the headline row is the check
 }
-PUBLISHED_REPRO = {("gymnasium:LunarLander-v3", "dqn"): "154.4 ± 79.2 (zoo, 100k)"}
+PUBLISHED_REPRO = {("gymnasium:LunarLander-v3", "dqn"): "154.4 ± 79.2 (zoo, 100k)",
+                   ("gymnasium:LunarLanderContinuous-v3", "sac"): "260.4 ± 65.5 (zoo, 500k)",
+                   ("gymnasium:BipedalWalker-v3", "sac"): "297.7 ± 33.1 (zoo, 500k)"}
 
 # where each Box2D preset's settings come from (rmtjax/configs/{algo}_gymnasium_{env}.yaml say more)
 PRESET_SOURCE = {"ppo": "preset: rl-baselines3-zoo's", "rmt": "preset: RMT's own, untuned",
                  "dqn": "preset: RMT's shared settings, not a published config",
-                 "sac": "preset: usual SAC settings, not the zoo's"}
+                 "sac": "preset: rl-baselines3-zoo's (constant lr; no gSDE)"}
 
 # the Atari protocol's wrappers that live in rmtjax's env section (the rest is the atari: adapter's)
 ATARI_ENV_SETTINGS = {"env.frame_stack": 4, "env.reward_clip": 1.0}

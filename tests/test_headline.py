@@ -37,7 +37,12 @@ def test_the_cpu_table_has_every_row_of_the_issue_and_each_builds():
 
 def test_the_reproduction_rows_run_the_published_config_at_its_budget():
     rows = headline.rows_to_run(args(repro=True))
-    assert rows == [("gymnasium:LunarLander-v3", "dqn", 100_000)]
+    assert rows == [("gymnasium:LunarLander-v3", "dqn", 100_000), ("gymnasium:LunarLanderContinuous-v3", "sac", 500_000),
+                    ("gymnasium:BipedalWalker-v3", "sac", 500_000)]
+    assert headline.rows_to_run(args(repro=True, algos=["dqn"])) == rows[:1]
+    for env, algo, steps in rows[1:]:
+        cfg, _ = headline.config_for(env, algo, steps, 5, smoke=False, repro=True)
+        assert cfg.agent.hidden == (400, 300) and cfg.agent.updates_per_step == 1.0 and cfg.train.total_steps == 500_000
     cfg, source = headline.config_for("gymnasium:LunarLander-v3", "dqn", 100_000, 5, smoke=False, repro=True)
     a = cfg.agent
     assert "rl-baselines3-zoo" in source and cfg.train.total_steps == 100_000 and cfg.env.num_envs == 1

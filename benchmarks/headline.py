@@ -332,13 +332,14 @@ def write_headline(name: str, args) -> None:
     plan = rows_to_run(argparse.Namespace(**{**vars(args), "envs": None, "algos": None}))
     pieces = load_pieces(name)
     table, provenance = [], []
+    claims = {} if getattr(args, "repro", False) else CLAIMS  # the design's claims are at 1M, not these budgets
     for env, algo, steps in plan:
         got = pieces.get((env, algo), [])
         published = (PUBLISHED_REPRO if getattr(args, "repro", False) else PUBLISHED).get((env, algo), "")
         if not got:
             table.append([env, algo, _source(env, algo, args.smoke, getattr(args, "repro", False)), f"{steps:,}", 0,
                           "not run yet", "", "",
-                          CLAIMS.get((env, algo), ""), published, ""])
+                          claims.get((env, algo), ""), published, ""])
             continue
         scores = np.concatenate([p["scores"] for p in got])
         evals = [p["eval_scores"] for p in got if p["eval_scores"] is not None]
@@ -348,7 +349,7 @@ def write_headline(name: str, args) -> None:
         env_steps = {p["env_steps"] for p in got}
         table.append([env, algo, got[0]["source"], " / ".join(f"{s:,}" for s in sorted(env_steps)), len(scores),
                       fmt(scores), " ".join("nan" if np.isnan(v) else f"{v:.1f}" for v in scores), eval_cell,
-                      CLAIMS.get((env, algo), ""), published,
+                      claims.get((env, algo), ""), published,
                       f"{sum(p['run_seconds'] + p['compile_seconds'] for p in got):.0f}"])
         for p in got:
             provenance.append([env, algo, p["key"], p["seeds"], f"{p['env_steps']:,}", p["git"], p["date"],

@@ -232,6 +232,14 @@ def binned(values: np.ndarray, env_steps: np.ndarray, points: int = CURVE_POINTS
     return curve, env_steps[edges[1:] - 1]
 
 
+def training_mean(curve: np.ndarray) -> np.ndarray:
+    """[seeds] each seed's binned learning curve averaged over all of training (the area under
+    the curve per env step; a bin before the seed's first episode counts as its first value)."""
+    filled = np.where(np.isnan(curve), np.nan_to_num(curve[np.arange(len(curve)), np.argmax(~np.isnan(curve), 1)])[:, None],
+                      curve)
+    return filled.mean(axis=1)
+
+
 def save_piece(path: Path, *, scores, returns, env_steps, meta: dict, eval_scores=None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     curve, steps = binned(returns, env_steps)
@@ -338,7 +346,7 @@ def write_headline(name: str, args) -> None:
         published = (PUBLISHED_REPRO if getattr(args, "repro", False) else PUBLISHED).get((env, algo), "")
         if not got:
             table.append([env, algo, _source(env, algo, args.smoke, getattr(args, "repro", False)), f"{steps:,}", 0,
-                          "not run yet", "", "",
+                          "not run yet", "", "", "",
                           claims.get((env, algo), ""), published, ""])
             continue
         scores = np.concatenate([p["scores"] for p in got])
@@ -348,7 +356,8 @@ def write_headline(name: str, args) -> None:
                      if len(evaluated) else "—")
         env_steps = {p["env_steps"] for p in got}
         table.append([env, algo, got[0]["source"], " / ".join(f"{s:,}" for s in sorted(env_steps)), len(scores),
-                      fmt(scores), " ".join("nan" if np.isnan(v) else f"{v:.1f}" for v in scores), eval_cell,
+                      fmt(scores), " ".join("nan" if np.isnan(v) else f"{v:.1f}" for v in scores),
+                      fmt(np.concatenate([training_mean(p["curve"]) for p in got])), eval_cell,
                       claims.get((env, algo), ""), published,
                       f"{sum(p['run_seconds'] + p['compile_seconds'] for p in got):.0f}"])
         for p in got:
@@ -362,7 +371,8 @@ def write_headline(name: str, args) -> None:
              if getattr(args, "repro", False) else "Headline table (issue 22)")
     write_table(name, title + (" — smoke run, not results" if args.smoke else ""),
                 ["env", "agent", "configuration", "env steps per seed", "seeds", "IQM of last-10% return [95% CI]",
-                 "per seed", f"greedy eval IQM ({EVAL_EPISODES} episodes a seed)", "design claims",
+                 "per seed", "IQM of the mean over training (area under the curve)",
+                 f"greedy eval IQM ({EVAL_EPISODES} episodes a seed)", "design claims",
                  "published (its config)", "seconds"], table, notes=notes)
     _plot(name, pieces)
     if name == "headline":
@@ -377,7 +387,9 @@ def _source(env: str, algo: str, smoke: bool, repro: bool = False) -> str:
 
 def _notes(args) -> str:
     return (f"A seed's score is its mean episode return over the last 10% of training (the training episodes, with "
-            f"the agent's exploration); IQM over seeds with a 95% percentile-bootstrap interval. 'greedy eval': "
+            f"the agent's exploration); IQM over seeds with a 95% percentile-bootstrap interval. 'mean over "
+            f"training': each seed's learning curve averaged over all its env steps (bins of equal env steps), "
+            f"which credits learning early. 'greedy eval': "
             f"after training, each seed's mean return over {EVAL_EPISODES} greedy episodes (the deterministic "
             f"policy) on fresh envs (`rmtjax.evaluate`), IQM over seeds — what 'published' reports (a row the "
             f"evaluation was added after has '—'). 'design claims' is "

@@ -91,8 +91,14 @@ def test_pieces_run_apart_add_up_to_one_table(tmp_path, monkeypatch):
     text = (tmp_path / "headline.md").read_text()
     row = next(line for line in text.splitlines() if line.startswith(f"| {env} | ppo |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[4] == "4" and cells[6] == "100.0 120.0 140.0 160.0" and cells[10] == "210"
-    assert cells[7] == "—" and cells[9] == headline.PUBLISHED[(env, "ppo")]  # no evaluation stored in these pieces
+    assert cells[4] == "4" and cells[6] == "100.0 120.0 140.0 160.0" and cells[11] == "210"
+    assert cells[8] == "—" and cells[10] == headline.PUBLISHED[(env, "ppo")]  # no evaluation stored in these pieces
+    # the mean over training: -200 .. 200 linearly; the first bin, before any episode, counts as the first value
+    curve = stored[0]["curve"]
+    expected = headline.training_mean(curve)
+    assert np.isnan(curve[0, 0]) and not np.isnan(curve[0, 1:]).any()
+    assert np.allclose(expected, np.mean(np.where(np.isnan(curve), curve[:, 1:2], curve), axis=1))
+    assert -5 < expected[0] < 5 and cells[7].startswith(f"{headline.iqm_ci(np.tile(expected, 2))[0]:.1f} [")
     m, lo, hi = headline.iqm_ci(np.array([100.0, 120.0, 140.0, 160.0]))
     assert cells[5] == f"{m:.1f} [{lo:.1f}, {hi:.1f}]" and m == 130.0
     assert f"| {env} | dqn | {headline.PRESET_SOURCE['dqn']} | 1,000,000 | 0 | not run yet |" in text  # every planned row is listed

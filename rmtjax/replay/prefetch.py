@@ -49,7 +49,7 @@ from flax import struct
 
 from rmtjax.replay import tiered
 from rmtjax.replay.hierarchical import UID_MASK, Levels
-from rmtjax.replay.util import POOL, top_share
+from rmtjax.replay.util import POOL, last_occurrence, top_share
 
 NO_TIER = -1  # a draw from the outbox (nothing staged yet): no tier
 
@@ -150,8 +150,6 @@ class PrefetchReplay:
         s_at = jnp.where(ok & staged, info.row, self.stage)  # past the end: not written
         o_at = jnp.where(ok & ~staged, info.row, self.outbox_size)
         # a minibatch's staged rows are distinct (b <= staged_count); outbox rows may repeat: the last wins
-        from rmtjax.replay.util import last_occurrence
-
         o_at = jnp.where(last_occurrence(o_at, o_at < self.outbox_size, self.outbox_size), o_at, self.outbox_size)
         past = jnp.maximum(state.cursor + b - jnp.maximum(state.staged_count, 0), 0)
         return state.replace(

@@ -33,11 +33,15 @@ def test_continuous_lunar_lander_matches_the_env_run_by_hand():
 
 @pytest.mark.parametrize("env_id", ["gymnasium:LunarLander-v3", "gymnasium:LunarLanderContinuous-v3"])
 def test_ppo_preset_runs_one_iteration(env_id):
-    cfg = rmtjax.make_config("ppo", env_id, {"train.total_steps": 1024, "env.num_envs": 4,
+    # the preset is rl-baselines3-zoo's (16 envs × 1024 steps, minibatches of 64, constant lr); here 4 envs
+    preset = rmtjax.make_config("ppo", env_id, {})
+    assert preset.env.num_envs * preset.agent.rollout_len // preset.agent.num_minibatches == 64
+    assert not preset.agent.anneal_lr and preset.agent.gae_lambda == pytest.approx(0.98)
+    cfg = rmtjax.make_config("ppo", env_id, {"train.total_steps": 4096, "env.num_envs": 4,
                                              "agent.num_minibatches": 4, "train.progress": False})
-    assert cfg.agent.gamma == pytest.approx(0.999) and cfg.agent.rollout_len == 256
+    assert cfg.agent.gamma == pytest.approx(0.999) and cfg.agent.rollout_len == 1024
     result = rmtjax.train(cfg, jax.random.key(0))
     m = result.metrics
-    assert m["env_steps"][0, -1] == 1024
+    assert m["env_steps"][0, -1] == 4096
     assert np.all(np.isfinite(m["policy_loss"])) and np.all(np.isfinite(m["value_loss"]))
-    assert result.state.env_state.inner.step[0, 0] == 256
+    assert result.state.env_state.inner.step[0, 0] == 1024

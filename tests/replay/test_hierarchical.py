@@ -3,7 +3,6 @@ the priority formula, exact resume with the host and disk levels, and the config
 
 from __future__ import annotations
 
-import shutil
 
 import jax
 import jax.numpy as jnp
@@ -17,6 +16,7 @@ import rmtjax
 from rmtjax.config import ConfigError
 from rmtjax.replay import tiered
 from rmtjax.replay.hierarchical import HierarchicalReplay, Levels, priority_function
+from tests.helpers import assert_same_run, cut_after_first_checkpoint
 
 FRACTIONS, PROPORTIONS = (0.1, 0.2, 0.7), (0.3, 0.3, 0.4)
 DEVICE, OUTBOX, BATCH, SEEDS = 40, 16, 8, 2  # device rows: hot 4, warm 8, cold 28
@@ -169,26 +169,11 @@ def test_a_killed_hierarchical_run_resumes_exactly_with_host_and_disk_levels(tmp
     steps = sorted(int(p.name) for p in (tmp_path / "ref" / "checkpoints").iterdir() if p.name.isdigit())
     assert set(levels) == {f"{s}.npz" for s in steps}  # the levels of every kept checkpoint, no others
 
-    run = tmp_path / "cut"
-    shutil.copytree(tmp_path / "ref", run)
-    for step in steps[1:]:  # as if the run had stopped after its first checkpoint
-        shutil.rmtree(run / "checkpoints" / str(step))
-    (run / "summary.json").unlink()
-    resumed = rmtjax.train(None, resume=run)
-    for k in m:
-        if not k.startswith("replay_move_seconds"):  # wall-clock
-            np.testing.assert_array_equal(resumed.metrics[k], m[k], err_msg=k)
-    for (path, a), b in zip(jax.tree_util.tree_flatten_with_path(ref.state)[0], jax.tree.leaves(resumed.state)):
-        if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
-            a, b = jax.random.key_data(a), jax.random.key_data(b)
-        np.testing.assert_array_equal(a, b, err_msg=jax.tree_util.keystr(path))
+    run = cut_after_first_checkpoint(tmp_path / "ref", tmp_path / "cut", steps)
+    assert_same_run(ref, rmtjax.train(None, resume=run))
 
     # a damaged disk segment is found by its checksum
-    broken = tmp_path / "broken"
-    shutil.copytree(tmp_path / "ref", broken)
-    for step in steps[1:]:
-        shutil.rmtree(broken / "checkpoints" / str(step))
-    (broken / "summary.json").unlink()
+    broken = cut_after_first_checkpoint(tmp_path / "ref", tmp_path / "broken", steps)
     with np.load(broken / "replay_levels" / f"{steps[0]}.npz") as z:
         import json
 

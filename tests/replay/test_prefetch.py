@@ -5,8 +5,6 @@ config's check of the staging area."""
 
 from __future__ import annotations
 
-import shutil
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,6 +16,7 @@ from hypothesis import strategies as st
 import rmtjax
 from rmtjax.config import ConfigError
 from rmtjax.replay.prefetch import NO_TIER, PrefetchLevels, PrefetchReplay, tier_counts
+from tests.helpers import assert_same_run, cut_after_first_checkpoint
 
 FRACTIONS, PROPORTIONS = (0.1, 0.2, 0.7), (0.3, 0.3, 0.4)
 BATCH, UPDATES, OUTBOX, SEEDS = 8, 2, 16, 2
@@ -183,19 +182,8 @@ def test_a_killed_prefetching_run_resumes_exactly(tmp_path):
     assert np.all(m["hot_share"][learning] > 0) and np.all(m["replay_size"][:, -1] == 800)
     steps = sorted(int(p.name) for p in (tmp_path / "ref" / "checkpoints").iterdir() if p.name.isdigit())
     assert len(steps) >= 2
-    run = tmp_path / "cut"
-    shutil.copytree(tmp_path / "ref", run)
-    for step in steps[1:]:
-        shutil.rmtree(run / "checkpoints" / str(step))
-    (run / "summary.json").unlink()
-    resumed = rmtjax.train(None, resume=run)
-    for k in m:
-        if not k.startswith("replay_move_seconds"):  # wall-clock
-            np.testing.assert_array_equal(resumed.metrics[k], m[k], err_msg=k)
-    for (path, a), b in zip(jax.tree_util.tree_flatten_with_path(ref.state)[0], jax.tree.leaves(resumed.state)):
-        if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
-            a, b = jax.random.key_data(a), jax.random.key_data(b)
-        np.testing.assert_array_equal(a, b, err_msg=jax.tree_util.keystr(path))
+    run = cut_after_first_checkpoint(tmp_path / "ref", tmp_path / "cut", steps)
+    assert_same_run(ref, rmtjax.train(None, resume=run))
 
 
 def test_the_staging_area_must_fit_the_device_level():

@@ -278,6 +278,20 @@ class Levels:
         self.seq[s] += k
         return dropped
 
+    def _gather(self, s: int, index: np.ndarray, host_n: int) -> list[np.ndarray]:
+        """Seed s's items at `index` (host rows below `host_n`, disk row `index - host_n` above)."""
+        from_host = index < host_n
+        hrows, drows = index[from_host], index[~from_host] - host_n
+        out = []
+        for i, h in enumerate(self.host):
+            part = np.empty((index.size,) + h.shape[2:], h.dtype)
+            part[from_host] = h[s, hrows]
+            if drows.size:
+                order = np.argsort(drows, kind="stable")  # a memory-mapped level reads best in row order
+                part[np.flatnonzero(~from_host)[order]] = self.disk[i][s, drows[order]]
+            out.append(part)
+        return out
+
     # -- the sync -------------------------------------------------------------------------------
     def after_chunk(self, state):
         """One sync of `state` (an agent state whose `replay` is a batched HierState): returns
@@ -353,12 +367,8 @@ class Levels:
             out = np.sort(out) + self.cold_offset
             from_host = pick < self.host_capacity
             hrows, drows = pick[from_host], pick[~from_host] - self.host_capacity
-            for i, (h, d) in enumerate(zip(self.host, self.disk or [None] * len(self.host))):
-                part = np.empty((k,) + h.shape[2:], h.dtype)
-                part[from_host] = h[s, hrows]
-                if d is not None and drows.size:
-                    part[~from_host] = d[s, np.sort(drows)][np.argsort(np.argsort(drows))]
-                items_up[i][s, :k] = part
+            for buf, part in zip(items_up, self._gather(s, pick, self.host_capacity)):
+                buf[s, :k] = part
             td_k = np.empty(k, np.float32)
             td_k[from_host], td_k[~from_host] = self.host_td[s, hrows], self.disk_td[s, drows]
             td_up[s, :k] = td_k

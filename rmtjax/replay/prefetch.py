@@ -213,37 +213,16 @@ class PrefetchLevels(Levels):
         self.fractions = tuple(float(f) for f in fractions)
         self.proportions = np.asarray(proportions, np.float64)
 
-    def _write_back(self, s: int, uid: np.ndarray, td: np.ndarray) -> None:
-        """Seed s's logged |TD| (draws in order) onto the items still held; the last draw of an item wins."""
-        if uid.size == 0:
-            return
-        newest = self.seq[s] - 1
-        q = newest - (((newest & UID_MASK) - uid.astype(np.int64)) & UID_MASK)  # as Levels._seq_of_uid
+    def _write_back(self, s: int, q: np.ndarray, in_host: np.ndarray, in_disk: np.ndarray, td: np.ndarray) -> None:
+        """Seed s's logged |TD| (draws in order; their sequence numbers q and levels from
+        `_seq_of_uid` / `_level_of`) onto the items still held; the last draw of an item wins."""
         last = np.unique(q[::-1], return_index=True)[1]  # the last occurrence of each sequence number
         keep = np.zeros(q.size, bool)
         keep[q.size - 1 - last] = True
-        q, td = q[keep], td[keep]
-        seq = self.seq[s]
-        host = (q >= 0) & (q >= seq - self.host_capacity) & (q < seq)
-        disk = (q >= 0) & ~host & (q >= seq - self.host_capacity - self.disk_capacity)
+        host, disk = keep & in_host, keep & in_disk
         self.host_td[s, q[host] % self.host_capacity] = td[host]
         if self.disk_capacity:
             self.disk_td[s, q[disk] % self.disk_capacity] = td[disk]
-
-    def _gather(self, s: int, index: np.ndarray, host_n: int) -> list[np.ndarray]:
-        """The items at positions `index` of seed s's held items (host rows 0..host_n-1, then disk)."""
-        from_host = index < host_n
-        hrows, drows = index[from_host], index[~from_host] - host_n
-        out = []
-        for i, h in enumerate(self.host):
-            part = np.empty((index.size,) + h.shape[2:], h.dtype)
-            part[from_host] = h[s, hrows]
-            if drows.size:
-                order = np.argsort(drows, kind="stable")  # a memory-mapped level reads best in row order
-                read = self.disk[i][s, drows[order]]
-                part[np.flatnonzero(~from_host)[order]] = read
-            out.append(part)
-        return out
 
     def after_chunk(self, state):
         t0 = time.perf_counter()
@@ -264,8 +243,11 @@ class PrefetchLevels(Levels):
             k = int(got["count"][s])
             dropped[s] = self._append(s, [x[s, :k] for x in leaves], got["td"][s, :k])
             down[s] = k
+        q = self._seq_of_uid(got["uid"])
+        in_host, in_disk = self._level_of(q)
+        for s in range(S):
             w = got["written"][s]
-            self._write_back(s, got["uid"][s][w], got["written_td"][s][w])
+            self._write_back(s, q[s][w], in_host[s][w], in_disk[s][w], got["written_td"][s][w])
 
         host_n, disk_n = self.sizes()
         staged = [np.zeros((S, D) + shape, dtype) for shape, dtype in self.fields]

@@ -245,7 +245,7 @@ def headline_row(results=None) -> list[str] | None:
         return None
     parts, reading = [], []
     for env in headline.BOX2D:
-        cells = []
+        cells, measured = [], {}
         for algo in headline.BOX2D[env]:
             got = pieces.get((env, algo))
             claim = headline.CLAIMS.get((env, algo))
@@ -254,10 +254,9 @@ def headline_row(results=None) -> list[str] | None:
                 cells.append(f"{algo} not run yet{said}")
                 continue
             scores = np.concatenate([p["scores"] for p in got])
+            measured[algo] = headline.iqm_ci(scores)
             cells.append(f"{algo} {headline.fmt(scores)}{said}, {len(scores)} seeds")
         parts.append(f"{env.split(':')[1]}: " + "; ".join(cells))
-        measured = {a: headline.iqm_ci(np.concatenate([p["scores"] for p in pieces[(env, a)]]))
-                    for a in headline.BOX2D[env] if (env, a) in pieces}
         if "rmt" in measured and len(measured) > 1:
             _, lo, hi = measured["rmt"]
             beats = [a for a, (_, l2, h2) in measured.items() if a != "rmt" and lo > h2]

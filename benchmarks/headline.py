@@ -174,7 +174,7 @@ def rows_to_run(args) -> list[tuple[str, str, int]]:
     """(env, algo, env steps per seed) for every row this invocation runs."""
     if args.smoke:
         return [(e, a, args.steps) for e, a in SMOKE_ROWS]
-    if getattr(args, "repro", False):
+    if args.repro:
         rows = [(e, a, steps) for (e, a), (steps, _, _) in REPRO.items()]
         return [r for r in rows if (not args.envs or r[0] in args.envs) and (not args.algos or r[1] in args.algos)]
     rows = [(e, a, args.steps) for e, algos in BOX2D.items() for a in algos]
@@ -264,7 +264,7 @@ def load_pieces(name: str, results=None) -> dict[tuple[str, str], list[dict]]:
 
 def run_piece(name: str, env: str, algo: str, steps: int, args) -> Path:
     """Train one row's `args.seeds` seeds from key `args.seed` and store them as a piece."""
-    cfg, source = config_for(env, algo, steps, args.seeds, args.smoke, getattr(args, "repro", False))
+    cfg, source = config_for(env, algo, steps, args.seeds, args.smoke, args.repro)
     t0 = time.time()
     result = rmtjax.train(cfg, jax.random.key(args.seed))
     m = result.metrics
@@ -340,12 +340,12 @@ def write_headline(name: str, args) -> None:
     plan = rows_to_run(argparse.Namespace(**{**vars(args), "envs": None, "algos": None}))
     pieces = load_pieces(name)
     table, provenance = [], []
-    claims = {} if getattr(args, "repro", False) else CLAIMS  # the design's claims are at 1M, not these budgets
+    claims = {} if args.repro else CLAIMS  # the design's claims are at 1M, not these budgets
     for env, algo, steps in plan:
         got = pieces.get((env, algo), [])
-        published = (PUBLISHED_REPRO if getattr(args, "repro", False) else PUBLISHED).get((env, algo), "")
+        published = (PUBLISHED_REPRO if args.repro else PUBLISHED).get((env, algo), "")
         if not got:
-            table.append([env, algo, _source(env, algo, args.smoke, getattr(args, "repro", False)), f"{steps:,}", 0,
+            table.append([env, algo, _source(env, algo, args.smoke, args.repro), f"{steps:,}", 0,
                           "not run yet", "", "", "",
                           claims.get((env, algo), ""), published, ""])
             continue
@@ -368,7 +368,7 @@ def write_headline(name: str, args) -> None:
                         "|---|---|---|---|---|---|---|---|---|---|"]
                        + ["| " + " | ".join(str(c) for c in r) + " |" for r in provenance])
     title = ("Reproductions: baselines at a published configuration and budget (issue 22)"
-             if getattr(args, "repro", False) else "Headline table (issue 22)")
+             if args.repro else "Headline table (issue 22)")
     write_table(name, title + (" — smoke run, not results" if args.smoke else ""),
                 ["env", "agent", "configuration", "env steps per seed", "seeds", "IQM of last-10% return [95% CI]",
                  "per seed", "IQM of the mean over training (area under the curve)",

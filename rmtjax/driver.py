@@ -616,8 +616,8 @@ def evaluate(source, episodes: int = 10, key: jax.Array | None = None, *, max_st
         # the loop is over all seeds (one step of every seed per turn, until every seed's episodes
         # have ended): a loop condition batched over seeds cannot hold a host env's callbacks
         def running(c):
-            t, seeds = c
-            return (t < limit) & ~seeds[5].all()
+            t, (*_, finished, _, _) = c
+            return (t < limit) & ~finished.all()
 
         def step(c):
             t, seeds = c

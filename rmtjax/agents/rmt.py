@@ -269,7 +269,7 @@ class RMTConfig(Section):
         return self.sync_every * self.updates_per_iteration(env) * self.batch_size
 
     def _validate_prefetch(self, per_iter: int, device: int, env) -> None:
-        need = self.sync_every * self.updates_per_iteration(env) * self.batch_size + self.sync_every * per_iter
+        need = self.stage_size(env) + self.sync_every * per_iter
         if need > device:
             raise ConfigError(f"agent.hier_sampling: prefetch stages agent.sync_every={self.sync_every} iterations' "
                               f"draws ({self.sync_every} × {self.updates_per_iteration(env)} updates × "

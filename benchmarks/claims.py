@@ -245,7 +245,7 @@ def headline_row(results=None) -> list[str] | None:
         return None
     parts, reading = [], []
     for env in headline.BOX2D:
-        cells, measured = [], {}
+        cells, measured, greedy = [], {}, {}
         for algo in headline.BOX2D[env]:
             got = pieces.get((env, algo))
             claim = headline.CLAIMS.get((env, algo))
@@ -255,20 +255,33 @@ def headline_row(results=None) -> list[str] | None:
                 continue
             scores = np.concatenate([p["scores"] for p in got])
             measured[algo] = headline.iqm_ci(scores)
-            cells.append(f"{algo} {headline.fmt(scores)}{said}, {len(scores)} seeds")
+            cell = f"{algo} {headline.fmt(scores)}{said}, {len(scores)} seeds"
+            if all(p["eval_scores"] is not None for p in got):
+                evals = np.concatenate([p["eval_scores"] for p in got])
+                greedy[algo] = headline.iqm_ci(evals)
+                cell += f", greedy {headline.fmt(evals)}"
+            cells.append(cell)
         parts.append(f"{env.split(':')[1]}: " + "; ".join(cells))
-        if "rmt" in measured and len(measured) > 1:
-            _, lo, hi = measured["rmt"]
-            beats = [a for a, (_, l2, h2) in measured.items() if a != "rmt" and lo > h2]
-            loses = [a for a, (_, l2, h2) in measured.items() if a != "rmt" and hi < l2]
-            reading.append(f"{env.split(':')[1]}: RMT above {', '.join(beats) or 'none'}, below "
-                           f"{', '.join(loses) or 'none'} (95% intervals apart)")
+        for what, by in (("", measured), ("greedy evaluation: ", greedy)):
+            if "rmt" in by and len(by) > 1:
+                beats, loses = _apart(by)
+                others = "" if by is measured else f" (of {', '.join(a for a in by if a != 'rmt')})"
+                reading.append(f"{env.split(':')[1]}: {what}RMT above {', '.join(beats) or 'none'}, below "
+                               f"{', '.join(loses) or 'none'}{others} (95% intervals apart)")
     missing = [f"{e.split(':')[1]} {a}" for e in headline.BOX2D for a in headline.BOX2D[e] if (e, a) not in pieces]
     if missing:
         reading.append(f"not run yet: {', '.join(missing)}")
-    return [HEADLINE_CLAIM, "IQM of each seed's last-10% return, 95% bootstrap interval, 1M env steps: "
+    return [HEADLINE_CLAIM, "IQM of each seed's last-10% return (and, where run, of its greedy evaluation's mean "
+            "return), 95% bootstrap interval, 1M env steps: "
             + " — ".join(parts), "; ".join(reading) or "—",
             "`python -m benchmarks.headline` (results/headline.md, run in pieces)"]
+
+
+def _apart(by: dict) -> tuple[list[str], list[str]]:
+    """The agents whose 95% interval lies wholly below / above RMT's, of {algo: (iqm, lo, hi)}."""
+    _, lo, hi = by["rmt"]
+    return ([a for a, (_, _, h2) in by.items() if a != "rmt" and lo > h2],
+            [a for a, (_, l2, _) in by.items() if a != "rmt" and hi < l2])
 
 
 def upsert_row(row: list[str], path=None) -> None:

@@ -59,8 +59,9 @@ def main(argv=None):
         rows.append([env, algo, source, args.seeds, f"{env_steps:,}", f"{compile_s:.0f}", f"{run_s:.0f}",
                      f"{rate:.1f}", f"{budget:,}", f"{budget * args.seeds / rate / 3600:.1f}", gpu])
         print(rows[-1], flush=True)
-    notes = (__doc__.split("\n\n")[1] + "\n\n'hours' assume the probe's rate for the whole row; a real "
-             "row's warm-up steps only act (cheaper), and host-stepped Box2D slows as the agents learn.")
+    about = next(par for par in __doc__.split("\n\n") if par.startswith("Each probe"))
+    notes = (about + "\n\n'hours' assume the probe's rate for the whole row; a real row's warm-up steps only "
+             "act (cheaper), and host-stepped Box2D slows as the agents learn.")
     write_table("headline_cost", "The headline's unrun rows: throughput on this machine",
                 ["env", "agent", "configuration", "seeds", "env steps timed (all seeds)", "compile s", "run s",
                  "env-steps/s (all seeds)", "row's env steps a seed", "hours for the row here",

@@ -109,3 +109,24 @@ def test_pieces_run_apart_add_up_to_one_table(tmp_path, monkeypatch):
     assert "ppo 130.0 [" in claims[5] and "(claimed 198), 4 seeds" in claims[5] and "rmt not run yet" in claims[5]
     headline.main(["--table"])
     assert (tmp_path / "claims.md").read_text().count("| RMT beats PPO") == 1
+
+
+def test_the_claims_row_reads_the_greedy_evaluation_apart_from_the_training_return(tmp_path, monkeypatch):
+    from benchmarks.claims import headline_row
+
+    monkeypatch.setattr(headline, "RESULTS", tmp_path)  # the pieces go to tmp_path, not the stored results
+
+    env = "gymnasium:LunarLanderContinuous-v3"
+    returns, steps = np.zeros((5, 10)), np.arange(1, 11) * 100_000
+    # training returns far apart (PPO's stochastic policy explores), greedy returns overlapping
+    for algo, scores, evals in (("rmt", [270.0, 272, 274, 276, 278], [240.0, 260, 280, 250, 270]),
+                                ("ppo", [120.0, 125, 130, 135, 140], [230.0, 250, 270, 245, 260])):
+        meta = {"env": env, "algo": algo, "key": 0, "seeds": 5}
+        headline.save_piece(headline.piece_path("headline", env, algo, 0), scores=scores, eval_scores=evals,
+                            returns=returns, env_steps=steps, meta=meta)
+    _, measured, reading, _ = headline_row(tmp_path)
+    m, lo, hi = headline.iqm_ci(np.array([240.0, 260, 280, 250, 270]))
+    assert "rmt 274.0 [" in measured and f"greedy {m:.1f} [{lo:.1f}, {hi:.1f}]" in measured
+    assert "LunarLanderContinuous-v3: RMT above ppo, below none (95% intervals apart)" in reading
+    assert "LunarLanderContinuous-v3: greedy evaluation: RMT above none, below none (of ppo)" in reading
+    assert "not run yet: LunarLander-v3 rmt" in reading  # and the rows without pieces are named

@@ -19,6 +19,7 @@ import argparse
 
 import jax
 
+import rmtjax
 from benchmarks.common import write_table
 from benchmarks.headline import ATARI_ENV, config_for
 
@@ -30,8 +31,6 @@ PROBE_STEPS = {"sac": 400, "dqn": 400, "rmt": 400, "pqn": 1024, "ppo": 1024}
 
 def probe(algo: str, env: str, seeds: int):
     """(where the settings come from, env steps timed over all seeds, compile s, run s)."""
-    import rmtjax
-
     cfg, source = config_for(env, algo, 1_000_000, seeds, smoke=False)
     overrides = {"train.num_chunks": 1, "train.total_steps": PROBE_STEPS[algo]}
     if algo in ("dqn", "rmt", "sac"):
@@ -54,10 +53,14 @@ def main(argv=None):
         algo, env = row.split(":", 1)
         source, env_steps, compile_s, run_s = probe(algo, env, args.seeds)
         rate = env_steps / run_s
+
+        def hours(steps_a_seed: int) -> float:
+            return steps_a_seed * args.seeds / rate / 3600
+
         budget = args.atari_steps if env == ATARI_ENV else args.steps
-        gpu = f"{10_000_000 * args.seeds / rate / 3600:,.0f}" if env == ATARI_ENV else ""
+        gpu = f"{hours(10_000_000):,.0f}" if env == ATARI_ENV else ""
         rows.append([env, algo, source, args.seeds, f"{env_steps:,}", f"{compile_s:.0f}", f"{run_s:.0f}",
-                     f"{rate:.1f}", f"{budget:,}", f"{budget * args.seeds / rate / 3600:.1f}", gpu])
+                     f"{rate:.1f}", f"{budget:,}", f"{hours(budget):.1f}", gpu])
         print(rows[-1], flush=True)
     about = next(par for par in __doc__.split("\n\n") if par.startswith("Each probe"))
     notes = (about + "\n\n'hours' assume the probe's rate for the whole row; a real row's warm-up steps only "

@@ -3,7 +3,6 @@ the priority formula, exact resume with the host and disk levels, and the config
 
 from __future__ import annotations
 
-
 import jax
 import jax.numpy as jnp
 import numpy as np

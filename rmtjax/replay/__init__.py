@@ -1,5 +1,6 @@
 """Replay buffers as pure functions over typed states: `ring` (uniform), `tiered`
-(hot/warm/cold keyed on TD error) and `prioritized` (sum-tree baseline).
+(hot/warm/cold keyed on TD error), `ranked` (hot/warm/cold as exact |TD| ranks over one FIFO
+ring, re-ranked every few updates) and `prioritized` (sum-tree baseline).
 
 `make_replay(kind, ...)` wraps each in the one interface the value-based agents use:
 
@@ -17,18 +18,22 @@
 from __future__ import annotations
 
 from rmtjax.replay.adapters import PrioritizedReplay, TieredReplay
+from rmtjax.replay.ranked import RankedReplay
 from rmtjax.replay.uniform import UniformInfo, UniformReplay
 from rmtjax.replay.util import POOL, TOP_QUANTILE, top_share, write_td
 
-__all__ = ["POOL", "TOP_QUANTILE", "PrioritizedReplay", "TieredReplay", "UniformInfo", "UniformReplay", "make_replay",
+__all__ = ["POOL", "TOP_QUANTILE", "PrioritizedReplay", "RankedReplay", "TieredReplay", "UniformInfo", "UniformReplay", "make_replay",
            "top_share", "write_td"]
 
 
-def make_replay(kind: str, capacity: int, fractions=(0.01, 0.1, 0.89), proportions=(0.25, 0.35, 0.4), alpha=0.6):
+def make_replay(kind: str, capacity: int, fractions=(0.01, 0.1, 0.89), proportions=(0.25, 0.35, 0.4), alpha=0.6,
+                refresh_every=8):
     if kind == "uniform":
         return UniformReplay(capacity)
     if kind == "tiered":
         return TieredReplay(capacity, fractions, proportions)
+    if kind == "ranked":
+        return RankedReplay(capacity, fractions, proportions, refresh_every)
     if kind == "prioritized":
         return PrioritizedReplay(capacity, alpha)
-    raise ValueError(f"unknown replay {kind!r}; choose uniform, tiered or prioritized")
+    raise ValueError(f"unknown replay {kind!r}; choose uniform, tiered, ranked or prioritized")

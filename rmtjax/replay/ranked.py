@@ -32,8 +32,8 @@ keeps the `lax.cond` a real branch; a per-buffer (batched) predicate would turn 
 that runs the top-k every update. `since_refresh` counts updates since the last refresh, for
 diagnostics and for a caller without a clock of its own.
 
-Cost: `add`, `sample` and `update` are O(batch); `refresh` is one top_k over the capacity plus
-O(capacity) elementwise work (a scatter and a cumulative sum), no sort. Everything is
+Cost: `add`, `sample` and `update` are O(batch); `refresh` is one top_k over the capacity, a
+sort of the K top slots (K ~ 11% of the capacity by default) and O(capacity) elementwise work. Everything is
 jit/vmap-able: K and the fractions are static, the rest is arrays in the state.
 """
 
@@ -165,10 +165,8 @@ def refresh(state: RankedState) -> RankedState:
     n_top = n_hot + n_warm
     rank = jnp.arange(k)
     in_top = jnp.zeros((c,), bool).at[top].set(rank < n_top)
-    # the top slots in ascending order, by their position among the in_top slots
-    order = jnp.cumsum(in_top, dtype=jnp.int32) - 1
-    ascending = jnp.zeros((k,), jnp.int32).at[jnp.where(in_top, order, k)].set(jnp.arange(c, dtype=jnp.int32),
-                                                                               mode="drop")
+    # the top slots in ascending order: a sort of K ints (measured cheaper than a cumsum and scatter over C)
+    ascending = jnp.sort(jnp.where(rank < n_top, top, c))
     cold_skip = jnp.where(rank < n_top, ascending - rank, _NO_SKIP).astype(jnp.int32)
     # each tier's lowest |TD|; a tier of fresh items only reads the largest finite |TD| (0 if none)
     finite_max = jnp.max(jnp.where(is_live & jnp.isfinite(state.td), state.td, 0.0))

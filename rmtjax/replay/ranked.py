@@ -24,8 +24,10 @@ outside the top set is `r + #{j: cold_skip[j] <= r}` (live slots are [0, size) b
 wraps and all of them after). Item i of tier t has P(i) = p_t / n_t per draw and the importance
 weight (N * P(i))^-beta / the batch's max, N = size.
 
-Write-back. `update` scatters the drawn items' new |TD| (non-finite -> 0; duplicates: the last
-row wins; rows where `keep` is False are left as they were). It does not refresh: the agent
+Write-back. `update` scatters the drawn items' new |TD| (non-finite -> 0; rows where `keep` is
+False are left as they were). An item drawn twice in one batch gets the same |TD| in both rows (same
+parameters, same transition), so which duplicate lands is not resolved (measured: resolving it, a
+sort of the batch, cost more than the rest of `update` under vmap over 8 seeds). It does not refresh: the agent
 calls `refresh`, or `maybe_refresh(state, due)` with `due` an UNBATCHED bool from its own clock
 (e.g. its update counter % refresh_every == 0). Under `jax.vmap` over seeds an unbatched `due`
 keeps the `lax.cond` a real branch; a per-buffer (batched) predicate would turn it into a select
@@ -45,7 +47,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from rmtjax.replay.util import POOL, TOP_QUANTILE, last_occurrence
+from rmtjax.replay.util import POOL, TOP_QUANTILE
 
 HOT, WARM, COLD = 0, 1, 2
 _NO_SKIP = jnp.iinfo(jnp.int32).max  # pads cold_skip past the top set
@@ -225,8 +227,7 @@ def update(state: RankedState, info: RankedInfo, td_abs: jax.Array, keep: jax.Ar
     mask = info.valid if keep is None else info.valid & keep
     value = jnp.abs(jnp.asarray(td_abs, jnp.float32))
     value = jnp.where(jnp.isfinite(value), value, 0.0)
-    winner = last_occurrence(info.slot, mask, c)
-    td = state.td.at[jnp.where(winner, info.slot, c)].set(value, mode="drop")
+    td = state.td.at[jnp.where(mask, info.slot, c)].set(value, mode="drop")
     return state.replace(td=td, since_refresh=state.since_refresh + 1)
 
 

@@ -58,7 +58,7 @@ class RefRanked:
         self.top = order[: self.n_hot + self.n_warm]
 
     def update(self, slots, tds, mask):
-        for s, x, m in zip(slots, tds, mask):  # in batch order: the last duplicate wins
+        for s, x, m in zip(slots, tds, mask):
             if m:
                 self.td[s] = float(np.float32(abs(x))) if math.isfinite(x) else 0.0
 
@@ -110,7 +110,7 @@ td_values = st.sampled_from([0.0, 0.25, -0.5, 1.0, 1.0, 2.0, -3.0, 8.0, math.inf
 add_op = st.tuples(st.just("add"), st.sampled_from([1, 3, 5]))
 update_op = st.tuples(
     st.just("update"),
-    st.lists(td_values, min_size=SAMPLE_B, max_size=SAMPLE_B),
+    st.lists(td_values, min_size=CAPACITY, max_size=CAPACITY),  # per slot: duplicates write one value
     st.lists(st.booleans(), min_size=SAMPLE_B, max_size=SAMPLE_B),
     st.lists(st.floats(0.0, 1.0), min_size=3, max_size=3),
 )
@@ -140,8 +140,9 @@ def test_ranked_matches_reference_model(ops, seed, beta):
             key, k = jax.random.split(key)
             batch, info = _sample(state, k, SAMPLE_B, proportions, beta)
             check_draw(batch, info, ref, proportions / proportions.sum(), beta)
-            state = _update(state, info, np.asarray(tds, np.float32), np.asarray(keep))
-            ref.update(np.asarray(info.slot), tds, np.asarray(keep) & np.asarray(info.valid))
+            row_td = np.asarray(tds, np.float32)[np.asarray(info.slot)]
+            state = _update(state, info, row_td, np.asarray(keep))
+            ref.update(np.asarray(info.slot), row_td, np.asarray(keep) & np.asarray(info.valid))
         assert_matches(state, ref)
 
 

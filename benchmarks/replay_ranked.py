@@ -121,7 +121,8 @@ def main(argv=None):
     notes = (f"One update: add {args.add}, sample {args.batch}, write back {args.batch} |TD| (and a due refresh), "
              f"buffers full, {args.updates} updates in one jitted scan, vmapped over the seeds; compile excluded, "
              f"best of {args.repeats}. The tiered buffer's |TD| at insertion is given (its forward pass is not "
-             "counted). 'refresh alone': one re-rank of every seed's buffer (top_k over the capacity), timed in a scan of refreshes.")
+             "counted). 'refresh alone': one re-rank of every seed's buffer (top_k over the capacity), timed in "
+             "a scan of refreshes.")
     write_table(args.name, "Replay cost per update: ranked vs tiered vs uniform",
                 ["capacity", "seeds", "buffer", "ms per update (all seeds)", "refresh alone (ms)"], rows, notes)
 

@@ -123,6 +123,20 @@ def _masked_chunk(vstep: Callable, max_length: int) -> Callable:
     return run
 
 
+def _over_seeds(step: Callable, seeds: int) -> Callable:
+    """`step(state, t)` over the seed axis of a batched state. One seed runs the unbatched step
+    on the state's only row: XLA compiles a vmap of one into batched kernels (LayerNorm's above
+    all) that cost up to twice the unbatched ones on a CPU (benchmarks/results/speed_rmt.md)."""
+    if seeds != 1:
+        return jax.vmap(step, in_axes=(0, None))
+
+    def one(state, t):
+        state, metrics = step(jax.tree.map(lambda x: x[0], state), t)
+        return jax.tree.map(lambda x: x[None], (state, metrics))
+
+    return one
+
+
 def _seed_axis(name: str, value, seeds: int) -> int | None:
     shape = np.shape(value)
     if shape == ():
@@ -171,7 +185,7 @@ class Program:
 
         # on several devices an iteration's metrics are reduced across them first, so the meta layer
         # and the log see the whole run's; `t` is the same for every seed
-        vstep = jax.vmap(distributed.reduced_step(config, agent.step), in_axes=(0, None))
+        vstep = _over_seeds(distributed.reduced_step(config, agent.step), seeds)
         vinit, vstep = transfer.compose(config, agent, vinit, vstep, source)
         self.init, self.step = meta_controller.compose(config, agent, vinit, vstep)
         self.sharded = distributed.sharded_run(config)

@@ -28,7 +28,7 @@ def register_agent(name: str, agent) -> None:
         if agent.count(":") != 1:
             raise ValueError(f"register_agent({name!r}, {agent!r}): expected 'module:Class'")
     else:
-        members = ("Config", "HParams", "data_parallel", "settings", "check_devices", "init", "step", "act",
+        members = ("Config", "HParams", "data_parallel", "check_devices", "init", "step", "act",
                    "signals", "learner", "with_learner", "max_entropy", "steps_per_iteration", "num_iterations")
         missing = [m for m in members if not hasattr(agent, m)]
         if not isinstance(agent, type) or missing:

@@ -138,12 +138,6 @@ class Agent:
         return math.log(self.spec.num_actions) if self.spec.discrete else None
 
     @classmethod
-    def settings(cls, agent_cfg):
-        """The agent's config section in the terms its hyperparameters are read from (DQN's
-        section maps onto RMT's); by default the section itself."""
-        return agent_cfg
-
-    @classmethod
     def check_devices(cls, config, devices: int) -> None:
         """Refuse, with a `ConfigError`, a config that cannot train on `devices` > 1 devices."""
         if not cls.data_parallel:

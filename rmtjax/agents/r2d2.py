@@ -33,6 +33,8 @@ and several devices.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from typing import Any
 
 import jax
@@ -41,11 +43,36 @@ import optax
 from flax import struct
 
 from rmtjax import exploration
-from rmtjax.agents.dqn import DQN, DQNConfig
+from rmtjax.agents.dqn import DQNConfig
+from rmtjax.agents.qlearn import q_of
 from rmtjax.agents.recurrent import RecurrentQ
-from rmtjax.agents.rmt import RMT, RMTState, Schedule
+from rmtjax.agents.rmt import RMT, RMTConfig, RMTState, Schedule
+from rmtjax.networks import PerDimQHead, QHead
 from rmtjax.networks.recurrent import RecurrentNet, RecurrentTorso, after
 from rmtjax.replay import make_replay
+from rmtjax.schema import ConfigError
+
+
+def check_recurrent(c, env) -> None:
+    """What a recurrent torso needs of the agent section `c` (RMT's or DQN's): whole sequences in a
+    uniform replay, one-step targets, no demonstrations, sequences that hold an iteration."""
+    why = f"with agent.torso: {c.torso} (sequences of seq_len steps are stored whole"
+    if getattr(c, "replay", "uniform") != "uniform":
+        raise ConfigError(f"agent.replay: {c.replay!r} {why}; tiered and prioritized replay rank single "
+                          f"transitions): set agent.replay: uniform")
+    if c.n_step != 1:
+        raise ConfigError(f"agent.n_step: {c.n_step} {why}, with one-step targets inside them): set agent.n_step: 1")
+    if getattr(c, "demonstrations", ""):
+        raise ConfigError(f"agent.demonstrations: not supported {why}; demonstrations are single transitions)")
+    if c.rollout_len > c.seq_len:
+        raise ConfigError(f"agent.seq_len: {c.seq_len} is shorter than agent.rollout_len {c.rollout_len} "
+                          f"{why}, one per env per iteration: every step must be in one)")
+    if c.burn_in >= c.seq_len:
+        raise ConfigError(f"agent.burn_in: {c.burn_in} leaves no step of agent.seq_len {c.seq_len} to learn from")
+    if c.buffer_size // c.seq_len < max(c.batch_size, env.num_envs):
+        raise ConfigError(f"agent.buffer_size: {c.buffer_size} holds {c.buffer_size // c.seq_len} sequences of "
+                          f"agent.seq_len {c.seq_len}; it must hold agent.batch_size ({c.batch_size} sequences) "
+                          f"and one iteration's {env.num_envs} (env.num_envs)")
 
 
 @struct.dataclass
@@ -79,8 +106,10 @@ class RecurrentRMT(RecurrentQ, RMT):
 
     def _q_network(self, dtype):
         c = self.cfg
+        head = (PerDimQHead(self.num_dims, c.bins, c.dueling, dtype) if self.per_dim
+                else QHead(self.spec.num_actions, c.dueling, dtype))
         return RecurrentNet(RecurrentTorso(c.torso, c.rnn_width, tuple(c.hidden), c.activation, c.layer_norm, dtype),
-                            self._q_head(dtype))
+                            head)
 
     # -- sequences ------------------------------------------------------------------------------
     def _empty_window(self, obs) -> SequenceWindow:
@@ -116,8 +145,7 @@ class RecurrentRMT(RecurrentQ, RMT):
             params=params, target_params=params, opt_state=self.tx.init(params), env_state=env_state, obs=obs,
             window=window, replay=self.replay.init(example), log_temperature=jnp.log(jnp.float32(c.init_temperature)),
             hold=exploration.Hold.empty((N, self.num_dims) if self.per_dim else (N,)), td_ema=jnp.zeros(()),
-            key_share=jnp.zeros(()), precision=self.precision.init(), hparams=self.default_hparams(hparams), key=key,
-            demos=None)
+            key_share=jnp.zeros(()), precision=self.precision.init(), hparams=self.default_hparams(hparams), key=key)
 
     @jax.named_scope("phase/act")
     def _act(self, state: RMTState, sched: Schedule, key):
@@ -177,9 +205,9 @@ class RecurrentRMT(RecurrentQ, RMT):
             return x.reshape((-1,) + x.shape[2:])
 
         shape = rest["reward"].shape
-        boot = self._q_of(flat(q_next), jnp.argmax(flat(chooser), axis=-1)).reshape(shape)
+        boot = q_of(flat(q_next), jnp.argmax(flat(chooser), axis=-1)).reshape(shape)
         target = rest["reward"] + gamma * (1.0 - rest["terminated"].astype(jnp.float32)) * boot
-        q = self._q_of(flat(q_all), flat(rest["action"])).reshape(shape)
+        q = q_of(flat(q_all), flat(rest["action"])).reshape(shape)
         return jax.lax.stop_gradient(target) - q, q, rest["valid"].astype(jnp.float32)
 
     def gradient_step(self, params, target_params, opt_state, prec_state, batch, weight, gamma, clip,
@@ -199,7 +227,17 @@ class RecurrentRMT(RecurrentQ, RMT):
 
 
 class RecurrentDQN(RecurrentRMT):
-    """DQN's settings (uniform replay, ε-greedy, no dueling, no LayerNorm) with a recurrent torso."""
+    """DQN with a recurrent torso: RMT's recurrent machinery run with DQN's choices (uniform
+    replay, ε-greedy, no dueling head, no LayerNorm, hard target updates) and DQN's fields."""
 
     Config = DQNConfig
-    settings = staticmethod(DQN.settings)
+
+    def __init__(self, config):
+        c = config.agent
+        fields = {f.name for f in dataclasses.fields(RMTConfig)}
+        as_rmt = RMTConfig(**{k: v for k, v in dataclasses.asdict(c).items() if k in fields},
+                           replay="uniform", exploration="eps_greedy", dueling=False, layer_norm=False,
+                           target_update="hard")
+        config = copy.copy(config)  # the run's config is unchanged; this agent reads its section as RMT's
+        object.__setattr__(config, "agent", as_rmt)
+        super().__init__(config)

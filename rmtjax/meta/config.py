@@ -187,7 +187,7 @@ def check_meta(config) -> CurriculumConfig:
 
     meta, cur, algo = config.meta, config.curriculum, config.algo
     cls = agent_class(algo)
-    settings = cls.settings(config.agent)  # DQN's section maps onto RMT's
+    settings = config.agent
     bounds = meta.bounds(cls.HParams)
     if meta.active:
         for f in hparam_names(cls.HParams):

@@ -99,6 +99,53 @@ class FractalTorso(nn.Module):
         return x
 
 
+class ConvFractalBlock(nn.Module):
+    """The fractal block on images: `x + f1(x) + f2(f1(x))` with f1, f2 3×3 convolutions
+    (padded, so every path keeps the image's size and `channels`), each followed by a LayerNorm
+    over the channels of a position (optional) and the activation."""
+
+    channels: int
+    activation: str = "relu"
+    layer_norm: bool = True
+    dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x):
+        act = activation_fn(self.activation)
+
+        def path(h, name):
+            h = nn.Conv(self.channels, (3, 3), padding="SAME", dtype=self.dtype, kernel_init=orthogonal(np.sqrt(2)))(h)
+            if self.layer_norm:
+                h = nn.LayerNorm(dtype=self.dtype, name=name)(h)
+            return act(h)
+
+        f1 = path(x, "f1_norm")
+        return x + f1 + path(f1, "f2_norm")
+
+
+class ConvFractalTorso(nn.Module):
+    """For image observations [B, H, W, C]: a 3×3 convolution to `channels`, `num_blocks`
+    convolutional fractal blocks, then one dense layer of `width` on the flattened features.
+    uint8 inputs are pixels (divided by 255)."""
+
+    channels: int = 16
+    num_blocks: int = 1
+    width: int = 128
+    activation: str = "relu"
+    layer_norm: bool = True
+    dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x):
+        act = activation_fn(self.activation)
+        x = x.astype(self.dtype) / 255.0 if x.dtype == jnp.uint8 else x.astype(self.dtype)
+        x = act(nn.Conv(self.channels, (3, 3), padding="SAME", dtype=self.dtype,
+                        kernel_init=orthogonal(np.sqrt(2)))(x))
+        for _ in range(self.num_blocks):
+            x = ConvFractalBlock(self.channels, self.activation, self.layer_norm, self.dtype)(x)
+        return _layer(x.reshape((x.shape[0], -1)), self.width, act, self.layer_norm, self.dtype)
+
+
 class ResidualMLP(nn.Module):
     """The plain residual baseline for the fractal block: `x + f(x)` with one dense path."""
 

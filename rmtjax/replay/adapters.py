@@ -69,7 +69,11 @@ class PrioritizedReplay:
     def init(self, example):
         return prioritized.init({"item": example, "td": jnp.zeros((), jnp.float32)}, self.capacity, self.alpha)
 
-    def add(self, state, batch, td_abs):
+    def add(self, state, batch, td_abs=None):
+        """New items at `td_abs`, or (None) at the largest |TD| held: drawn soon, as PER inserts them."""
+        if td_abs is None:
+            b = jax.tree.leaves(batch)[0].shape[0]
+            td_abs = jnp.full((b,), jnp.maximum(state.data["td"].max(), 1.0), jnp.float32)
         return prioritized.add(state, {"item": batch, "td": td_abs}, td_abs + self.EPS)
 
     def sample(self, state, key, batch_size, beta):

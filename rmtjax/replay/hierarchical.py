@@ -57,6 +57,9 @@ from rmtjax.replay import tiered
 from rmtjax.replay.adapters import TieredReplay
 from rmtjax.schema import ConfigError
 
+# |TD| a new item enters with when the agent computes none: above any real |TD| (so it ranks hot),
+# finite (so a priority formula of it stays finite)
+FRESH_TD = 1e6
 UID_MASK = 0x7FFFFFFF  # the tiered buffer's ids: its insertion count, wrapped in int32's positive range
 SEGMENT_ROWS = 4096  # disk-level rows per checkpoint segment
 FUNCTIONS = {"sqrt": np.sqrt, "log": np.log, "log1p": np.log1p, "exp": np.exp, "abs": np.abs,
@@ -141,8 +144,10 @@ class HierarchicalReplay(TieredReplay):
                                  "uid": jnp.full((self.outbox_size,), -1, jnp.int32)},
                          outbox_count=jnp.zeros((), jnp.int32), outbox_lost=jnp.zeros((), jnp.int32))
 
-    def add(self, state, batch, td_abs):
-        b = td_abs.shape[0]
+    def add(self, state, batch, td_abs=None):
+        b = jax.tree.leaves(batch)[0].shape[0]
+        if td_abs is None:  # a new item ranks hottest until it is first learned from (no forward pass)
+            td_abs = jnp.full((b,), FRESH_TD, jnp.float32)
         uid = (state.device.next_uid + jnp.arange(b, dtype=jnp.int32)) & UID_MASK
         device = tiered.add(state.device, batch, td_abs)
         rows = state.outbox_count + jnp.arange(b, dtype=jnp.int32)

@@ -48,7 +48,7 @@ import numpy as np
 from flax import struct
 
 from rmtjax.replay import tiered
-from rmtjax.replay.hierarchical import UID_MASK, Levels
+from rmtjax.replay.hierarchical import FRESH_TD, UID_MASK, Levels
 from rmtjax.replay.util import POOL, last_occurrence, top_share
 
 NO_TIER = -1  # a draw from the outbox (nothing staged yet): no tier
@@ -111,8 +111,10 @@ class PrefetchReplay:
                     "uid": jnp.full((self.outbox_size,), -1, i32)},
             outbox_count=zero, outbox_lost=zero, next_uid=zero, draws=zero, overrun=zero, fallback=zero)
 
-    def add(self, state, batch, td_abs):
-        b = td_abs.shape[0]
+    def add(self, state, batch, td_abs=None):
+        b = jax.tree.leaves(batch)[0].shape[0]
+        if td_abs is None:  # a new item ranks hottest until it is first learned from (no forward pass)
+            td_abs = jnp.full((b,), FRESH_TD, jnp.float32)
         uid = (state.next_uid + jnp.arange(b, dtype=jnp.int32)) & UID_MASK
         rows = state.outbox_count + jnp.arange(b, dtype=jnp.int32)
         lost = (rows >= self.outbox_size).sum(dtype=jnp.int32)

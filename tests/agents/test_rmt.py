@@ -5,7 +5,8 @@ import pytest
 
 import rmtjax
 from rmtjax.agents import build_agent
-from rmtjax.agents.rmt import NStepWindow
+from rmtjax.agents import qlearn
+from rmtjax.agents.qlearn import NStepWindow
 
 
 def agent_for(algo="rmt", env="CartPole-v1", **extra):
@@ -23,10 +24,9 @@ def window(done_rows, term_rows, n=3):
 
 
 def test_nstep_emission_cuts_at_the_first_episode_end():
-    agent = agent_for()
     w = window([[False, False, False], [False, True, False], [True, False, True]],
                [[False, False, False], [False, True, False], [False, False, True]])
-    out = jax.device_get(agent._emit(w))
+    out = jax.device_get(qlearn.emit(w))
     np.testing.assert_array_equal(out["steps"], [3, 2, 1])
     np.testing.assert_array_equal(out["rewards"], [[1, 2, 4], [1, 2, 0], [1, 0, 0]])
     np.testing.assert_array_equal(out["terminated"], [False, True, False])  # row 2 ended by truncation at k=0
@@ -41,9 +41,11 @@ def test_targets_bootstrap_through_truncation_but_not_termination():
     params = agent.net.init(jax.random.key(0), jnp.zeros((1, 4)))
     w = window([[False, False, False], [False, True, False], [False, True, False]],
                [[False, False, False], [False, True, False], [False, False, False]])
-    batch = agent._emit(w)
+    batch = qlearn.emit(w)
     gamma = 0.9
-    y = np.asarray(agent._targets(params, params, batch, gamma))
+    q_next = agent.q_values(params, batch["boot_obs"])
+    td, q = qlearn.nstep_td(agent.q_values(params, batch["obs"]), q_next, q_next, batch, gamma)
+    y = np.asarray(td + q)
     q_next = np.asarray(agent.q_values(params, batch["boot_obs"]))
     boot = q_next[np.arange(3), q_next.argmax(-1)]  # double-Q with online == target params
     np.testing.assert_allclose(y[0], 1 + 2 * 0.9 + 4 * 0.81 + 0.9**3 * boot[0], rtol=1e-5)
@@ -56,20 +58,26 @@ def test_per_dimension_heads_map_bins_to_the_action_box():
     bins = jnp.array([[0], [2], [4]])
     np.testing.assert_allclose(np.asarray(agent.env_action(bins))[:, 0], [-2.0, 0.0, 2.0])
     q = jnp.arange(2 * 1 * 5, dtype=jnp.float32).reshape(2, 1, 5)
-    np.testing.assert_allclose(agent._q_of(q, jnp.array([[1], [3]])), [1.0, 8.0])
+    np.testing.assert_allclose(qlearn.q_of(q, jnp.array([[1], [3]])), [1.0, 8.0])
 
 
 def test_per_dimension_q_is_the_mean_over_dimensions():
     q = jnp.array([[[0.0, 1.0], [10.0, 20.0]]])  # one state, two dims, two bins
+    np.testing.assert_allclose(qlearn.q_of(q, jnp.array([[1, 0]])), [(1.0 + 10.0) / 2])
+
+
+def test_dqn_is_its_own_plain_agent():
+    from rmtjax.agents.dqn import DQN
     from rmtjax.agents.rmt import RMT
+    from rmtjax.replay import UniformReplay
 
-    np.testing.assert_allclose(RMT._q_of(q, jnp.array([[1, 0]])), [(1.0 + 10.0) / 2])
-
-
-def test_dqn_runs_with_every_rmt_component_off():
     agent = agent_for("dqn")
-    assert agent.cfg.replay == "uniform" and agent.cfg.exploration == "eps_greedy"
-    assert agent.cfg.torso == "mlp" and not agent.cfg.dueling and agent.cfg.n_step == 3
+    assert not isinstance(agent, RMT) and isinstance(agent, DQN)
+    assert isinstance(agent.replay, UniformReplay) and agent.cfg.torso == "mlp" and agent.cfg.n_step == 3
+    params = agent.net.init(jax.random.key(0), jnp.zeros((1, 4)))["params"]
+    assert set(params["head"]) == {"Dense_0"} and not any("LayerNorm" in k for k in params["torso"])  # no dueling, no LN
+    with pytest.raises(rmtjax.ConfigError, match="dqn needs discrete actions"):
+        rmtjax.make_config("dqn", "Pendulum-v1")
 
 
 def test_one_iteration_stores_transitions_and_counts_steps():
@@ -84,7 +92,7 @@ def test_one_iteration_stores_transitions_and_counts_steps():
     assert any(jax.tree.leaves(changed))
 
 
-@pytest.mark.parametrize("replay", ["tiered", "uniform", "prioritized"])
+@pytest.mark.parametrize("replay", ["tiered", "ranked", "uniform", "prioritized"])
 def test_a_write_back_changes_the_drawn_items_priorities(replay):
     from rmtjax.replay import make_replay
 
@@ -180,8 +188,9 @@ def test_rmt_with_tiered_replay_learns_cartpole():
 
 
 def test_uniform_replay_computes_no_td_at_insertion_and_the_top_share_is_periodic():
-    cfg = rmtjax.make_config("dqn", "CartPole-v1", {"train.total_steps": 1600, "train.progress": False,
-                                                    "agent.hidden": [8, 8], "agent.learning_starts": 0,
+    cfg = rmtjax.make_config("rmt", "CartPole-v1", {"train.total_steps": 1600, "train.progress": False,
+                                                    "agent.hidden": [8], "agent.learning_starts": 0, "env.num_envs": 10,
+                                                    "agent.rollout_len": 1, "agent.replay": "uniform",
                                                     "agent.batch_size": 8, "agent.diagnostics_every": 10})
     agent = build_agent(cfg)
     assert not agent.replay.needs_td
@@ -196,12 +205,13 @@ def test_uniform_replay_computes_no_td_at_insertion_and_the_top_share_is_periodi
 
 def test_the_loss_is_the_weighted_huber_or_mean_squared_td_error():
     td, w = jnp.array([0.5, -3.0, 2.0]), jnp.array([1.0, 0.5, 2.0])
-    huber = agent_for(**{"agent.huber_delta": 1.0})
+    huber = agent_for(**{"agent.huber_delta": 1.0}).cfg
     expected = (1.0 * 0.125 + 0.5 * (3.0 - 0.5) + 2.0 * (2.0 - 0.5)) / 3
-    np.testing.assert_allclose(float(huber._loss(td, w)), expected, rtol=1e-6)
-    mse = agent_for("dqn")
-    assert mse.cfg.loss == "mse"  # DQN's default: the squared TD error, as CleanRL and PureJaxRL
-    np.testing.assert_allclose(float(mse._loss(td, w)), (0.25 + 0.5 * 9.0 + 2.0 * 4.0) / 3, rtol=1e-6)
+    np.testing.assert_allclose(float(qlearn.td_loss(td, w, huber.loss, huber.huber_delta)), expected, rtol=1e-6)
+    mse = agent_for("dqn").cfg
+    assert mse.loss == "mse"  # DQN's default: the squared TD error, as CleanRL and PureJaxRL
+    np.testing.assert_allclose(float(qlearn.td_loss(td, w, mse.loss, 1.0)), (0.25 + 0.5 * 9.0 + 2.0 * 4.0) / 3,
+                               rtol=1e-6)
 
 
 def test_rmsprop_is_the_minatar_papers_centered_variant():
@@ -214,9 +224,34 @@ def test_rmsprop_is_the_minatar_papers_centered_variant():
              "boot_obs": jax.random.normal(k[3], (B, 4)), "terminated": jnp.zeros((B,), bool)}
     out = agent.gradient_step(state.params, state.target_params, state.opt_state, state.precision, batch,
                               jnp.ones(B), jnp.float32(0.99), jnp.float32(0.0))
-    grads = jax.grad(lambda p: agent._loss(agent._td(p, state.target_params, batch, 0.99)[0], jnp.ones(B)))(state.params)
+    def loss(p):
+        q_next = agent.q_values(state.target_params, batch["boot_obs"])
+        td, _ = qlearn.nstep_td(agent.q_values(p, batch["obs"]), q_next, q_next, batch, 0.99)
+        return qlearn.td_loss(td, jnp.ones(B), "mse", 1.0)
+
+    grads = jax.grad(loss)(state.params)
     # one centered RMSProp step from zero moments: g / (sqrt(0.05 g² - (0.05 g)²) + 0.01)
     expected = jax.tree.map(lambda p, g: p - 0.1 * g / (jnp.sqrt(0.05 * g**2 - (0.05 * g) ** 2) + 0.01),
                             state.params, grads)
     for a, b in zip(jax.tree.leaves(out.params), jax.tree.leaves(expected)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_new_transitions_enter_the_tiered_replay_fresh_without_a_forward_pass():
+    agent = agent_for(**{"agent.learning_starts": 10_000})
+    state = agent.init(jax.random.key(0))
+    state, m = jax.jit(agent.step)(state, 0)
+    td = np.asarray(state.replay.td)
+    assert int(m["fresh"]) == 16 and np.isinf(td[:16]).all() and (td[:16] > 0).all()  # +inf: hottest until drawn
+    assert np.isneginf(td[16:]).all()  # empty slots
+
+
+def test_the_fractal_torso_is_convolutional_on_images():
+    agent = agent_for(env="Breakout-MinAtar", **{"agent.hidden": [32], "agent.learning_starts": 10_000})
+    params = agent.net.init(jax.random.key(0), jnp.zeros((1,) + agent.spec.obs_shape))["params"]["torso"]
+    block = params["ConvFractalBlock_0"]
+    assert block["Conv_0"]["kernel"].shape == (3, 3, 16, 16) and block["Conv_1"]["kernel"].shape == (3, 3, 16, 16)
+    assert params["Dense_0"]["kernel"].shape == (10 * 10 * 16, 32)  # padded convolutions keep the 10×10 grid
+    q = agent.q_values(agent.net.init(jax.random.key(0), jnp.zeros((2,) + agent.spec.obs_shape)),
+                       jnp.ones((2,) + agent.spec.obs_shape))
+    assert q.shape == (2, agent.spec.num_actions) and np.isfinite(np.asarray(q)).all()

@@ -59,6 +59,7 @@ from rmtjax.schema import ConfigError
 
 UID_MASK = 0x7FFFFFFF  # the tiered buffer's ids: its insertion count, wrapped in int32's positive range
 SEGMENT_ROWS = 4096  # disk-level rows per checkpoint segment
+MAX_PRIORITY_CHARS = 256  # a priority formula is a short expression of td
 FUNCTIONS = {"sqrt": np.sqrt, "log": np.log, "log1p": np.log1p, "exp": np.exp, "abs": np.abs,
              "min": np.minimum, "max": np.maximum}
 
@@ -68,12 +69,15 @@ FUNCTIONS = {"sqrt": np.sqrt, "log": np.log, "log1p": np.log1p, "exp": np.exp, "
 
 def priority_function(text: str) -> Callable[[np.ndarray], np.ndarray]:
     """The priority formula `text` (of `td`, the |TD error|) as a numpy function; a ConfigError
-    names what is wrong with it."""
+    names what is wrong with it. Bounded: at most `MAX_PRIORITY_CHARS` characters."""
+    if not isinstance(text, str) or len(text) > MAX_PRIORITY_CHARS:
+        raise ConfigError(f"agent.priority: a formula of {len(str(text)):,} characters; at most {MAX_PRIORITY_CHARS} "
+                          f"(e.g. |td|^0.6 + 0.01)")
     source = re.sub(r"\|([^|]+)\|", r"abs(\1)", text).replace("^", "**")
     try:
         tree = ast.parse(source, mode="eval")
-    except SyntaxError as e:
-        raise ConfigError(f"agent.priority: {text!r} is not a formula ({e.msg})") from None
+    except (SyntaxError, RecursionError, MemoryError) as e:
+        raise ConfigError(f"agent.priority: {text!r} is not a formula ({getattr(e, 'msg', type(e).__name__)})") from None
     ops = {ast.Add: np.add, ast.Sub: np.subtract, ast.Mult: np.multiply, ast.Div: np.divide, ast.Pow: np.power}
 
     def build(node):

@@ -61,7 +61,7 @@ class _StrictLoader(yaml.SafeLoader):
         try:
             if self._depth > MAX_DEPTH:
                 mark = self.peek_event().start_mark
-                raise InputTooLarge(f"nests more than {MAX_DEPTH} levels deep (line {mark.line + 1}, column "
+                raise InputTooLarge(f"is nested too deeply (more than {MAX_DEPTH} levels; line {mark.line + 1}, column "
                                     f"{mark.column + 1})")
             return super().compose_node(parent, index)
         finally:
@@ -100,7 +100,7 @@ def _check_expansion(root) -> None:
                 raise InputTooLarge(f"expands (aliases followed) to more than {MAX_NODES:,} nodes (line "
                                     f"{node.start_mark.line + 1}); a config is a few hundred")
             if depth[key] > MAX_DEPTH:
-                raise InputTooLarge(f"nests more than {MAX_DEPTH} levels deep through aliases (line "
+                raise InputTooLarge(f"is nested too deeply through aliases (more than {MAX_DEPTH} levels; line "
                                     f"{node.start_mark.line + 1})")
             continue
         if key in size:

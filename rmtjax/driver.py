@@ -45,6 +45,9 @@ class TrainResult:
     run_seconds: float
     run_dir: Path | None = None  # where the run was written, if it was
     warnings: list[str] = dataclasses.field(default_factory=list)  # signs it stopped learning (rmtjax.health)
+    # wall-clock seconds of host-side work between chunks (the hierarchical replay's moves: replay_move_seconds,
+    # replay_move_seconds_total), kept apart from `metrics`, which are the same however a run was resumed
+    timing: dict = dataclasses.field(default_factory=dict)
 
     @property
     def env_steps(self) -> int:
@@ -439,7 +442,8 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=No
     else:
         fr = sharded.final_return(state)
         state = sharded.local_state(state)  # this process's first device: a one-device-shaped state
-    return TrainResult(config, state, stacked, fr, compile_seconds, run_seconds, warnings=watch.notes())
+    timing = between.timing() if hasattr(between, "timing") else {}
+    return TrainResult(config, state, stacked, fr, compile_seconds, run_seconds, warnings=watch.notes(), timing=timing)
 
 
 def make_policy(config: Config, state, seed: int = 0) -> Callable:

@@ -10,6 +10,10 @@
     DIR/transfer_source.npz   a run started from another's parameters (`init_from`): them, mapped to
                          this run's seeds (what, from where and their SHA-256: run.json's `init_from`)
     DIR/unusable_checkpoints/   damaged checkpoints a resume stepped over (kept for a look)
+    DIR/replay_levels/   agent.replay: hierarchical: the host and disk levels at each checkpoint
+                         (their checksum kept in the checkpoint); DIR/replay_disk/ its live disk level
+    DIR/timing.jsonl     wall-clock seconds of the replay's moves per chunk (apart from the metrics,
+                         which are the same bytes however often a run was resumed)
 
 `iteration` counts from 1 (the metrics after that many iterations). The checkpoint holds
 every metric so far, so on resume the two log files are rewritten from it: rows logged after
@@ -42,7 +46,8 @@ from rmtjax.config import RUN_INDEPENDENT_FIELDS, Config, ConfigError, load_conf
 _RUN_FILES = ("config.yaml", "run.json", "metrics.jsonl", "metrics.csv", "checkpoints", "summary.json",
               "transfer_source.npz")
 # what a run writes besides: a new run refuses a directory holding any of these too
-_RUN_EXTRAS = (".lock", "unusable_checkpoints", "tensorboard", "sweep.csv", "heatmap.png")
+_RUN_EXTRAS = (".lock", "unusable_checkpoints", "tensorboard", "sweep.csv", "heatmap.png", "replay_levels",
+               "replay_disk", "timing.jsonl")
 # the columns that lead every row, in this order; the other metrics follow sorted by name
 _LEADING = ("iteration", "seed", "env_steps", "episode_return", "episode_length", "episode_count")
 
@@ -118,6 +123,7 @@ def format_rows(chunk: dict[str, np.ndarray], first_iteration: int, columns: lis
 
 
 LEVELS_DIR = "replay_levels"  # the hierarchical replay's host and disk levels at each checkpoint
+TIMING = "timing.jsonl"  # wall-clock seconds of host-side work between chunks, one line per chunk
 
 
 class RunDir:
@@ -163,6 +169,11 @@ class RunDir:
         if extras:
             raise RunDirError(f"{path} holds {', '.join(extras)} (left by another run, or planted) but no run; "
                               f"a new run writes these itself: remove them or choose a new directory")
+        links = safefs.find_links(path) if os.path.lexists(path) else []
+        if links:
+            raise RunDirError(f"{path} holds symbolic link(s) ({', '.join(map(str, links))}); a run writes only into "
+                              f"its own directory, never through a link (rmtjax makes none): remove them or choose "
+                              f"a new directory")
         _check_tensorboard(config)
         path.mkdir(parents=True, exist_ok=True)
         lock = _lock(path)
@@ -275,9 +286,9 @@ class RunDir:
         ckpt = Checkpoints(self.path / "checkpoints")
         try:
             self._check_config_unchanged(ckpt.saved_config())
-            snap = ckpt.restore(like)
-            if snap is not None and self.between is not None:
-                self.between.restore(self.path / LEVELS_DIR, snap.iterations, snap.state)
+            # a checkpoint is usable only with every part saved beside it present and intact (the
+            # replay levels); otherwise the one before it is taken
+            snap = ckpt.restore(like, verify=None if self.between is None else self._verify_levels)
             if snap is not None and snap.skipped and set_aside:
                 moved = ckpt.set_aside([s for s, _ in snap.skipped], self.path / "unusable_checkpoints")
                 warnings.warn(f"moved {len(moved)} unusable checkpoint(s) to {self.path / 'unusable_checkpoints'}",
@@ -293,6 +304,9 @@ class RunDir:
             warnings.warn(f"the final checkpoint of {self.path} (iteration {finished_at}, per summary.json) is "
                           f"missing; using the one at iteration {snap.iterations}", CheckpointWarning, stacklevel=2)
         return snap
+
+    def _verify_levels(self, snap: Snapshot) -> None:
+        self.between.restore(self.path / LEVELS_DIR, snap.iterations, snap.state, snap.parts.get(LEVELS_DIR))
 
     def _check_config_unchanged(self, saved) -> None:
         """Refuse to go on when config.yaml (or the config given) differs from the one the
@@ -347,14 +361,19 @@ class RunDir:
         jsonl, csv_text = format_rows(chunk, first, self._columns, self.seeds_per_cell)
         for name, text in (("metrics.jsonl", jsonl), ("metrics.csv", csv_text)):
             safefs.append_text(self.path / name, text)
+        timing = getattr(self.between, "timing", None)
+        if timing is not None:  # wall-clock seconds: not metrics (a resumed run's metrics are the same bytes)
+            safefs.append_text(self.path / TIMING, json.dumps({"iteration": done, **timing()}) + "\n")
         if self._tb is not None:
             self._log_tensorboard(chunk)
         if final or chunks_done % self.config.train.checkpoint_every == 0:
             stacked = {k: np.concatenate([c[k] for c in history], axis=0) for k in chunk}
             try:
-                self.checkpoints.save(state, stacked, done, chunks_done, config=self.config.to_dict())
+                # the levels first, their checksum in the checkpoint: a crash between the two leaves
+                # a level file no checkpoint names (pruned later), never a checkpoint without levels
+                parts = None if self.between is None else {LEVELS_DIR: self.between.save(self.path / LEVELS_DIR, done)}
+                self.checkpoints.save(state, stacked, done, chunks_done, config=self.config.to_dict(), parts=parts)
                 if self.between is not None:
-                    self.between.save(self.path / LEVELS_DIR, done)
                     self.between.prune(self.path / LEVELS_DIR, self.checkpoints.steps())
             except Exception as e:  # a full disk, a vanished directory: orbax raises many kinds
                 kept = [s for s in self.checkpoints.steps() if s != done]

@@ -153,7 +153,8 @@ class RunDir:
 
     # -- opening ------------------------------------------------------------------------
     @classmethod
-    def create(cls, path, config: Config, key, hparams=None, sweep: dict | None = None, source=None) -> "RunDir":
+    def create(cls, path, config: Config, key, hparams=None, sweep: dict | None = None, source=None,
+               wandb_id: str | None = None) -> "RunDir":
         """A new run in `path` (created if missing; refused if it already holds a run).
         `hparams`: the initial hyperparameter overrides the run is given, kept for a restart;
         `sweep`: the grid of a sweep (`rmtjax.sweep`), kept in run.json; `source`: the
@@ -183,6 +184,8 @@ class RunDir:
                 "resumed": []}
         if sweep is not None:
             info["sweep"] = sweep
+        if wandb_id is not None:  # the W&B run started for it (`train.wandb`)
+            info["wandb_id"] = wandb_id
         if source is not None:
             info["init_from"] = source.describe()
             safefs.write_atomic(path / "transfer_source.npz", source.to_bytes())
@@ -201,11 +204,16 @@ class RunDir:
             raise RunDirError(f"run directory {path} {what}")
         config = load_config(path / "config.yaml")
         try:
-            info = json.loads((path / "run.json").read_text(encoding="utf-8"))
+            with safefs.open_regular(path / "run.json") as f:
+                text = f.read(MAX_RUN_JSON_BYTES + 1)
+            if len(text) > MAX_RUN_JSON_BYTES:
+                raise ValueError(f"larger than {MAX_RUN_JSON_BYTES:,} bytes")
+            info = json.loads(text.decode("utf-8"))
             key = key_from_json(info["key"])
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise RunDirError(f"{path / 'run.json'} is missing or unreadable ({type(e).__name__}: {e}); "
-                              f"it holds the run's PRNG key") from None
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
+            raise RunDirError(f"{path / 'run.json'} is missing or unreadable ({type(e).__name__}: "
+                              f"{str(e)[:200]}); it holds the run's PRNG key") from None
+        _check_info(path / "run.json", info, config)
         return cls(path, config, key, info)
 
     @classmethod
@@ -254,10 +262,13 @@ class RunDir:
             raise RunDirError(f"{self.path} began from {info['origin']}, not {Path(init_from).absolute()}; resume "
                               f"it without init_from (its source parameters are kept in the run directory)")
         try:
-            source = Source.from_bytes((self.path / "transfer_source.npz").read_bytes(), info)
-        except (OSError, ValueError, KeyError) as e:
+            with safefs.open_regular(self.path / "transfer_source.npz") as f:
+                source = Source.from_bytes(f.read(), info)
+        except Exception as e:  # noqa: BLE001 - a damaged zip raises BadZipFile, zlib.error, ValueError, ...
+            text = str(e).strip().splitlines()
             raise RunDirError(f"{self.path / 'transfer_source.npz'} is missing or unreadable ({type(e).__name__}: "
-                              f"{e}); it holds the source parameters the run began from") from None
+                              f"{text[0][:200] if text else ''}); it holds the source parameters the run began "
+                              f"from") from None
         if init_from is not None and not isinstance(init_from, (str, os.PathLike)):
             from rmtjax.transfer import make_source
 
@@ -459,6 +470,63 @@ def _lock(path: Path):
     f.write(f"{os.getpid()}\n")
     f.flush()
     return f
+
+
+MAX_RUN_JSON_BYTES = 64 << 20
+
+
+def _check_info(where: Path, info, config: Config) -> None:
+    """Refuse a run.json whose parts are not what rmtjax writes (edited or damaged): one line
+    naming the part, instead of a traceback wherever it is used."""
+    def bad(part: str, why: str):
+        return RunDirError(f"{where}: '{part}' {why}; the file was edited or damaged (it is written by rmtjax)")
+
+    if not isinstance(info, dict):
+        raise bad("run.json", "is not a JSON object")
+    seeds = config.train.num_seeds
+    hp = info.get("hparams")
+    if hp is not None:
+        if not isinstance(hp, dict) or not all(isinstance(k, str) for k in hp):
+            raise bad("hparams", "is not a mapping of names to values")
+        for k, v in hp.items():
+            flat = v if isinstance(v, list) else [v]
+            if (len(flat) not in (1, seeds) or
+                    not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in flat)):
+                raise bad(f"hparams.{k[:40]}", f"is not a number or {seeds} numbers (one per seed)")
+    sweep = info.get("sweep")
+    if sweep is not None:
+        grid = sweep.get("grid") if isinstance(sweep, dict) else None
+        per_cell = sweep.get("seeds") if isinstance(sweep, dict) else None
+        if (not isinstance(grid, dict) or not grid or not all(isinstance(k, str) for k in grid)
+                or not all(isinstance(v, list) and v and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                                             for x in v) for v in grid.values())):
+            raise bad("sweep.grid", "is not a mapping of fields to lists of numbers")
+        if not isinstance(per_cell, int) or isinstance(per_cell, bool) or per_cell < 1:
+            raise bad("sweep.seeds", "is not a positive integer")
+        cells = math.prod(len(v) for v in grid.values())
+        if cells * per_cell != seeds:
+            raise bad("sweep", f"has {cells} cell(s) × {per_cell} seed(s), but config.yaml's train.num_seeds is {seeds}")
+    source = info.get("init_from")
+    if source is not None:
+        if not isinstance(source, dict):
+            raise bad("init_from", "is not a JSON object")
+        n = source.get("source_seeds")
+        seed_map = source.get("seed_map")
+        if not isinstance(source.get("origin"), str):
+            raise bad("init_from.origin", "is not a path")
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise bad("init_from.source_seeds", "is not a positive integer")
+        if (not isinstance(seed_map, list) or len(seed_map) != seeds or
+                not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < n for x in seed_map)):
+            raise bad("init_from.seed_map", f"is not {seeds} source seed(s) in [0, {n - 1}]")
+        digest = source.get("sha256")
+        if not isinstance(digest, str) or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            raise bad("init_from.sha256", "is not a SHA-256")
+    wandb_id = info.get("wandb_id")
+    if wandb_id is not None and (not isinstance(wandb_id, str) or not wandb_id.isalnum() or len(wandb_id) > 64):
+        raise bad("wandb_id", "is not a W&B run id")
+    if not isinstance(info.get("resumed", []), list):
+        raise bad("resumed", "is not a list")
 
 
 def _flatten(data, prefix: str = "") -> dict:

@@ -20,6 +20,7 @@ computed again after the checkpoint it resumes from are logged again at the same
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np

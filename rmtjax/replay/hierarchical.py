@@ -229,6 +229,8 @@ class Levels:
         if self.disk_dir is not None and disk_capacity:
             self._disk_lock = _claim(self.disk_dir)
         self.last_seconds = 0.0  # the last sync's wall-clock seconds
+        self.host: list[np.ndarray] = []  # allocated at the first sync (or restore)
+        self.disk: list[np.ndarray] = []
         self.fields = None  # [(path, shape, dtype)] of the item's leaves, set at the first sync
         self.syncs = 0
         self.seconds = 0.0  # spent in syncs by this process

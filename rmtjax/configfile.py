@@ -116,7 +116,8 @@ def _check_expansion(root) -> None:
 def _bounded_number(constructor):
     def construct(loader, node):
         if len(node.value) > MAX_NUMBER_CHARS:
-            raise InputTooLarge(f"holds a number literal of {len(node.value):,} characters (line {node.start_mark.line + 1}); "
+            raise InputTooLarge(f"holds a number literal of {len(node.value):,} characters "
+                                f"(line {node.start_mark.line + 1}); "
                                 f"at most {MAX_NUMBER_CHARS}")
         return constructor(loader, node)
 

@@ -118,7 +118,8 @@ def _check_root(path: Path, root, where: str) -> None:
         return
     real, top = os.path.realpath(path), os.path.realpath(root)
     if os.path.commonpath([real, top]) != top:
-        raise ConfigError(f"{where}: lies outside {top} (it resolves to {real}); demonstrations are read from there only")
+        raise ConfigError(f"{where}: lies outside {top} (it resolves to {real}); demonstrations are read from "
+                          f"there only")
 
 
 def _npz_members(zf, where: str) -> dict[str, tuple[np.dtype, tuple, int]]:
@@ -171,7 +172,8 @@ def _read_npz(path: Path, where: str, root=None) -> dict[str, np.ndarray]:
     with f:
         _check_root(path, root, where)
         if size > MAX_BYTES:
-            raise ConfigError(f"{where}: {size:,} bytes; demonstrations are held in memory, at most {MAX_BYTES:,} bytes")
+            raise ConfigError(f"{where}: {size:,} bytes; demonstrations are held in memory, at most "
+                              f"{MAX_BYTES:,} bytes")
         try:
             with zipfile.ZipFile(f) as zf:
                 _npz_members(zf, where)  # every header checked before any array is read
@@ -252,7 +254,8 @@ def from_minari(dataset_id: str, *, key: str = "agent.demonstrations") -> dict[s
                     if ds.dtype.kind not in _READABLE_KINDS or ds.dtype.fields is not None or ds.dtype.subdtype:
                         raise ConfigError(f"{where}: {name}/{field} holds {ds.dtype} values (encoded images, strings); "
                                           f"only numbers are read")
-                    total += int(np.prod(ds.shape, dtype=object)) * ds.dtype.itemsize * (2 if field == "observations" else 1)
+                    copies = 2 if field == "observations" else 1  # obs and next_obs
+                    total += int(np.prod(ds.shape, dtype=object)) * ds.dtype.itemsize * copies
                     if total > MAX_BYTES:
                         raise ConfigError(f"{where}: more than {MAX_BYTES:,} bytes of transitions; demonstrations "
                                           f"are held in memory")

@@ -95,7 +95,7 @@ def main(argv=None):
             dev, host, disk = agent_cfg.level_capacities()
             item = float(m["replay_bytes_moved"][0, 0]) / max(float(m["replay_items_down"][0, 0] + m["replay_items_up"][0, 0]), 1)
             hit = float(np.mean(m["replay_hit_rate"][:, late]))
-            move_s = float(m["replay_move_seconds_total"][0, -1])
+            move_s = float(r.timing["replay_move_seconds_total"])
             lower = f"{mib(host * item)} RAM + {mib(disk * item)} disk"
             extra = f"{hit:.3f}", f"{move_s:.1f}"
         else:

@@ -54,6 +54,7 @@ class Snapshot:
     step: int  # the orbax step (== iterations)
     skipped: list[tuple[int, str]]  # newer checkpoints that were unusable: (step, reason)
     config: dict | None = None  # the config the run had when this checkpoint was written (None: older format)
+    parts: dict = dataclasses.field(default_factory=dict)  # checksums of the run's files saved with it (`save(parts=)`)
 
 
 def config_digest(config_dict: dict) -> str:
@@ -144,9 +145,10 @@ class Checkpoints:
         return sorted(self._manager.all_steps())
 
     def save(self, state, history: dict[str, np.ndarray], iterations: int, chunks: int,
-             config: dict | None = None) -> None:
+             config: dict | None = None, parts: dict | None = None) -> None:
         """Write a checkpoint at step `iterations` and return when it is complete on disk.
-        `config`: the run's config as a mapping, stored with its digest."""
+        `config`: the run's config as a mapping, stored with its digest; `parts`: checksums of
+        files written beside it (name -> str; the replay levels), which `restore`'s `verify` checks."""
         assert self.writable, "a checkpoint directory opened for reading does not save"
         ocp = _ocp()
         history = {k: np.asarray(v) for k, v in history.items()}
@@ -154,16 +156,20 @@ class Checkpoints:
                 "state_sha256": tree_digest(state), "history_sha256": tree_digest(history)}
         if config is not None:
             meta.update(config=config, config_sha256=config_digest(config))
+        if parts:
+            meta["parts"] = dict(parts)
         self._manager.save(int(iterations), force=True, args=ocp.args.Composite(
             state=ocp.args.StandardSave(state), history=ocp.args.StandardSave(history),
             meta=ocp.args.JsonSave(meta)))
         self._manager.wait_until_finished()
 
-    def restore(self, like) -> Snapshot | None:
+    def restore(self, like, verify=None) -> Snapshot | None:
         """The newest usable checkpoint, its state shaped and placed like `like` (an example
         state: arrays or `jax.ShapeDtypeStruct`s with shardings). None if there is no
         checkpoint at all; `CheckpointError` if there are some and none is usable. Each
-        skipped one is reported with a `CheckpointWarning`."""
+        skipped one is reported with a `CheckpointWarning`. `verify(snapshot)`: also checks
+        (and loads) the files saved beside a checkpoint; an exception it raises makes the
+        checkpoint unusable, as damage within it does."""
         steps = self.steps()
         if not steps:
             return None
@@ -171,6 +177,8 @@ class Checkpoints:
         for step in reversed(steps):
             try:
                 snap = self._restore_step(step, like)
+                if verify is not None:
+                    verify(snap)
             except Exception as e:  # orbax and tensorstore raise many kinds of error for damaged files
                 skipped.append((step, _reason(e)))
                 continue
@@ -208,7 +216,10 @@ class Checkpoints:
             raise ValueError("the state does not match its SHA-256 (damaged files)")
         if tree_digest(history) != meta["history_sha256"]:
             raise ValueError("the metric history does not match its SHA-256 (damaged files)")
-        return Snapshot(state, history, step, int(meta["chunks"]), step, [], _meta_config(meta))
+        parts = meta.get("parts") or {}
+        if not isinstance(parts, dict) or not all(isinstance(v, str) for v in parts.values()):
+            raise ValueError("meta's parts are not checksums")
+        return Snapshot(state, history, step, int(meta["chunks"]), step, [], _meta_config(meta), parts)
 
     def saved_config(self) -> tuple[int, dict] | None:
         """`(step, config mapping)` of the newest checkpoint whose meta holds a config whose

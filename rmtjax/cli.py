@@ -130,12 +130,16 @@ def cmd_eval(args) -> int:
     max_steps = _integer(args.max_steps, "--max-steps", 1, 2**31 - 1)
     _check_dir_flag(args.run_dir, "run directory")
     _allow_imports(args)
+    if args.video and not args.per_seed:
+        from rmtjax.video import _check_path, _check_target
+
+        _check_target(_check_path(args.video), args.overwrite)  # before the run is read
     result = load_run(args.run_dir)
     if args.video:
         from rmtjax.video import render_video
 
         video = render_video(result, args.video, key=jax.random.key(seed), max_steps=max_steps,
-                             per_seed=args.per_seed)
+                             per_seed=args.per_seed, overwrite=args.overwrite)
         print(video.summary())
         return 0
     ev = evaluate(result, episodes=episodes, key=jax.random.key(seed), max_steps=max_steps)
@@ -305,6 +309,8 @@ def main(argv=None) -> int:
                    help="instead of scoring, render one greedy episode per seed into PATH (.gif or .mp4): "
                         "the seeds side by side in one video (with --per-seed one file each, PATH_seed<k>)")
     e.add_argument("--per-seed", action="store_true", help="with --video: one file per seed instead of a grid")
+    e.add_argument("--overwrite", action="store_true", help="with --video: replace an existing file (a symbolic "
+                                                            "link is never written through)")
     e.set_defaults(func=cmd_eval)
     w = sub.add_parser("sweep", help="train a hyperparameter grid × seeds in one compiled program",
                        epilog="Only the agent's hyperparameters held as arrays can be swept (rmtjax config agent "

@@ -277,6 +277,8 @@ def load_config(path) -> Config:
         raise ConfigError(f"{path} is not valid YAML: {' '.join(str(e).split())}") from None
     except RecursionError:
         raise ConfigError(f"{path} is not a usable config: its YAML is nested too deeply") from None
+    except configfile.InputTooLarge as e:
+        raise ConfigError(f"{path} is not a usable config: its YAML {e}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a config file must be a mapping with keys algo, env, train, agent")
     return Config.from_dict(data)
@@ -287,14 +289,21 @@ def parse_override(text: str) -> tuple[str, Any]:
     if "=" not in text:
         raise ConfigError(f"--set {text!r}: expected key=value, e.g. --set agent.lr=3e-4")
     key, raw = text.split("=", 1)
+    if len(raw) > configfile.MAX_OVERRIDE_CHARS:
+        raise ConfigError(f"--set {key.strip()}: a value of {len(raw):,} characters; at most "
+                          f"{configfile.MAX_OVERRIDE_CHARS:,}")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = configfile.parse_yaml(raw) if raw.strip() else ""  # bounded: depth, aliases, number length
+    except configfile.InputTooLarge as e:
+        raise ConfigError(f"--set {key.strip()}: the value {e}") from None
+    except RecursionError:
+        raise ConfigError(f"--set {key.strip()}: the value is nested too deeply") from None
     except yaml.YAMLError:
         value = raw
     quoted = raw.strip()[:1] in ("'", '"')  # agent.priority='1': a string, as written
     if isinstance(value, str) and not quoted:  # YAML 1.1 reads 3e-4 (no dot) as a string
         try:
-            value = float(value)
+            value = float(value) if len(value) <= configfile.MAX_NUMBER_CHARS else value
         except ValueError:
             pass
     return key.strip(), value

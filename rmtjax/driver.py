@@ -45,6 +45,9 @@ class TrainResult:
     run_seconds: float
     run_dir: Path | None = None  # where the run was written, if it was
     warnings: list[str] = dataclasses.field(default_factory=list)  # signs it stopped learning (rmtjax.health)
+    # wall-clock seconds of host-side work between chunks (the hierarchical replay's moves: replay_move_seconds,
+    # replay_move_seconds_total), kept apart from `metrics`, which are the same however a run was resumed
+    timing: dict = dataclasses.field(default_factory=dict)
 
     @property
     def env_steps(self) -> int:
@@ -270,19 +273,29 @@ def train(config: Config | None, key: jax.Array | None = None, *, hparams: Mappi
     """
     if config is not None:
         distributed.initialize(config)  # a multi-host run joins its processes first
-        loggers.check_wandb(config)
+        loggers.check_wandb(config, run_dir if resume is None else resume)
     cache.enable()
     program = source = None
     if resume is None and config is not None:
         source = resolve_source(config, init_from)
         program = Program(config, source)
         program.preflight(hparams)  # before a run directory is made
-    run = _open_run(config, key, hparams, run_dir, resume, _sweep, source)
+    logger = None
+    if resume is None and config is not None and config.train.wandb:
+        # W&B starts before the run directory is made: one that cannot start leaves none half-made
+        logger = loggers.WandbLogger(config, run_id=loggers.new_run_id(),
+                                     name=None if run_dir is None else Path(run_dir).name)
+    try:
+        run = _open_run(config, key, hparams, run_dir, resume, _sweep, source,
+                        wandb_id=None if logger is None else logger.id)
+    except BaseException:
+        if logger is not None:
+            logger.close()
+        raise
     if run is not None:
         config, key, hparams = run.config, run.key, run.hparams
         if resume is not None:
             source = run.source(init_from)  # the one the run began with, from its directory
-    logger = None
     try:
         if run is not None and (run.sweep is None) != (_sweep is None):
             from rmtjax.rundir import RunDirError
@@ -293,10 +306,10 @@ def train(config: Config | None, key: jax.Array | None = None, *, hparams: Mappi
         sweep_info = _sweep if run is None else run.sweep
         cells = 1 if sweep_info is None else len(config_cells(sweep_info))
         if program is None:  # a resumed run: its own config
-            loggers.check_wandb(config)
+            loggers.check_wandb(config, run.path)
             program = Program(config, source)
             program.preflight(hparams)
-        if config.train.wandb:
+        if config.train.wandb and logger is None:
             logger = loggers.WandbLogger(config, run_id=None if run is None else run.wandb_id(),
                                          name=None if run is None else run.path.name,
                                          resuming=run is not None and run.resuming)
@@ -354,7 +367,7 @@ def _source_of(config: Config, result: TrainResult, origin: str) -> "transfer.So
                                 result.config.train.num_seeds, origin)
 
 
-def _open_run(config, key, hparams, run_dir, resume, sweep=None, source=None):
+def _open_run(config, key, hparams, run_dir, resume, sweep=None, source=None, wandb_id=None):
     if resume is not None:
         from rmtjax.rundir import RunDir
 
@@ -366,7 +379,7 @@ def _open_run(config, key, hparams, run_dir, resume, sweep=None, source=None):
     if run_dir is not None:
         from rmtjax.rundir import RunDir
 
-        return RunDir.create(run_dir, config, key, hparams, sweep=sweep, source=source)
+        return RunDir.create(run_dir, config, key, hparams, sweep=sweep, source=source, wandb_id=wandb_id)
     if config.train.tensorboard:
         raise ConfigError("train.tensorboard: TensorBoard events are written into a run directory; pass "
                           "run_dir=DIR (rmtjax train --run-dir DIR) or set train.tensorboard: false")
@@ -453,7 +466,8 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=No
     else:
         fr = sharded.final_return(state)
         state = sharded.local_state(state)  # this process's first device: a one-device-shaped state
-    return TrainResult(config, state, stacked, fr, compile_seconds, run_seconds, warnings=watch.notes())
+    timing = between.timing() if hasattr(between, "timing") else {}
+    return TrainResult(config, state, stacked, fr, compile_seconds, run_seconds, warnings=watch.notes(), timing=timing)
 
 
 def make_policy(config: Config, state, seed: int = 0) -> Callable:

@@ -145,18 +145,21 @@ class BetweenChunks(Protocol):
     disk. The driver ends a chunk at least every `max_iterations` iterations (None: no bound),
     calls `after_chunk(state) -> (state, metrics)` (metrics: name -> [seeds] numpy arrays, logged
     on every iteration of the chunk), and `save(directory, iteration)` / `prune(directory, keep)`
-    / `restore(directory, iteration, like_state)` with each checkpoint, so a resumed run goes
-    on exactly."""
+    / `restore(directory, iteration, like_state, digest)` with each checkpoint, so a resumed run goes
+    on exactly: `save` runs before the checkpoint is written and returns a checksum the checkpoint
+    keeps; `restore` checks it and raises (a `ValueError` naming the file) when what was saved is
+    missing or damaged, and the run directory falls back to the checkpoint before. `timing()`
+    (optional): wall-clock seconds, kept apart from the deterministic metrics."""
 
     max_iterations: int | None
 
     def after_chunk(self, state) -> tuple[Any, dict]: ...
 
-    def save(self, directory, iteration: int) -> None: ...
+    def save(self, directory, iteration: int) -> str: ...
 
     def prune(self, directory, keep: list[int]) -> None: ...
 
-    def restore(self, directory, iteration: int, like_state) -> None: ...
+    def restore(self, directory, iteration: int, like_state, digest: str | None = None) -> None: ...
 
 
 @runtime_checkable

@@ -10,6 +10,10 @@
     DIR/transfer_source.npz   a run started from another's parameters (`init_from`): them, mapped to
                          this run's seeds (what, from where and their SHA-256: run.json's `init_from`)
     DIR/unusable_checkpoints/   damaged checkpoints a resume stepped over (kept for a look)
+    DIR/replay_levels/   agent.replay: hierarchical: the host and disk levels at each checkpoint
+                         (their checksum kept in the checkpoint); DIR/replay_disk/ its live disk level
+    DIR/timing.jsonl     wall-clock seconds of the replay's moves per chunk (apart from the metrics,
+                         which are the same bytes however often a run was resumed)
 
 `iteration` counts from 1 (the metrics after that many iterations). The checkpoint holds
 every metric so far, so on resume the two log files are rewritten from it: rows logged after
@@ -42,7 +46,8 @@ from rmtjax.config import RUN_INDEPENDENT_FIELDS, Config, ConfigError, load_conf
 _RUN_FILES = ("config.yaml", "run.json", "metrics.jsonl", "metrics.csv", "checkpoints", "summary.json",
               "transfer_source.npz")
 # what a run writes besides: a new run refuses a directory holding any of these too
-_RUN_EXTRAS = (".lock", "unusable_checkpoints", "tensorboard", "sweep.csv", "heatmap.png")
+_RUN_EXTRAS = (".lock", "unusable_checkpoints", "tensorboard", "sweep.csv", "heatmap.png", "replay_levels",
+               "replay_disk", "timing.jsonl")
 # the columns that lead every row, in this order; the other metrics follow sorted by name
 _LEADING = ("iteration", "seed", "env_steps", "episode_return", "episode_length", "episode_count")
 
@@ -118,6 +123,7 @@ def format_rows(chunk: dict[str, np.ndarray], first_iteration: int, columns: lis
 
 
 LEVELS_DIR = "replay_levels"  # the hierarchical replay's host and disk levels at each checkpoint
+TIMING = "timing.jsonl"  # wall-clock seconds of host-side work between chunks, one line per chunk
 
 
 class RunDir:
@@ -147,7 +153,8 @@ class RunDir:
 
     # -- opening ------------------------------------------------------------------------
     @classmethod
-    def create(cls, path, config: Config, key, hparams=None, sweep: dict | None = None, source=None) -> "RunDir":
+    def create(cls, path, config: Config, key, hparams=None, sweep: dict | None = None, source=None,
+               wandb_id: str | None = None) -> "RunDir":
         """A new run in `path` (created if missing; refused if it already holds a run).
         `hparams`: the initial hyperparameter overrides the run is given, kept for a restart;
         `sweep`: the grid of a sweep (`rmtjax.sweep`), kept in run.json; `source`: the
@@ -163,6 +170,11 @@ class RunDir:
         if extras:
             raise RunDirError(f"{path} holds {', '.join(extras)} (left by another run, or planted) but no run; "
                               f"a new run writes these itself: remove them or choose a new directory")
+        links = safefs.find_links(path) if os.path.lexists(path) else []
+        if links:
+            raise RunDirError(f"{path} holds symbolic link(s) ({', '.join(map(str, links))}); a run writes only into "
+                              f"its own directory, never through a link (rmtjax makes none): remove them or choose "
+                              f"a new directory")
         _check_tensorboard(config)
         path.mkdir(parents=True, exist_ok=True)
         lock = _lock(path)
@@ -172,6 +184,8 @@ class RunDir:
                 "resumed": []}
         if sweep is not None:
             info["sweep"] = sweep
+        if wandb_id is not None:  # the W&B run started for it (`train.wandb`)
+            info["wandb_id"] = wandb_id
         if source is not None:
             info["init_from"] = source.describe()
             safefs.write_atomic(path / "transfer_source.npz", source.to_bytes())
@@ -190,11 +204,16 @@ class RunDir:
             raise RunDirError(f"run directory {path} {what}")
         config = load_config(path / "config.yaml")
         try:
-            info = json.loads((path / "run.json").read_text(encoding="utf-8"))
+            with safefs.open_regular(path / "run.json") as f:
+                text = f.read(MAX_RUN_JSON_BYTES + 1)
+            if len(text) > MAX_RUN_JSON_BYTES:
+                raise ValueError(f"larger than {MAX_RUN_JSON_BYTES:,} bytes")
+            info = json.loads(text.decode("utf-8"))
             key = key_from_json(info["key"])
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise RunDirError(f"{path / 'run.json'} is missing or unreadable ({type(e).__name__}: {e}); "
-                              f"it holds the run's PRNG key") from None
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
+            raise RunDirError(f"{path / 'run.json'} is missing or unreadable ({type(e).__name__}: "
+                              f"{str(e)[:200]}); it holds the run's PRNG key") from None
+        _check_info(path / "run.json", info, config)
         return cls(path, config, key, info)
 
     @classmethod
@@ -243,10 +262,13 @@ class RunDir:
             raise RunDirError(f"{self.path} began from {info['origin']}, not {Path(init_from).absolute()}; resume "
                               f"it without init_from (its source parameters are kept in the run directory)")
         try:
-            source = Source.from_bytes((self.path / "transfer_source.npz").read_bytes(), info)
-        except (OSError, ValueError, KeyError) as e:
+            with safefs.open_regular(self.path / "transfer_source.npz") as f:
+                source = Source.from_bytes(f.read(), info)
+        except Exception as e:  # noqa: BLE001 - a damaged zip raises BadZipFile, zlib.error, ValueError, ...
+            text = str(e).strip().splitlines()
             raise RunDirError(f"{self.path / 'transfer_source.npz'} is missing or unreadable ({type(e).__name__}: "
-                              f"{e}); it holds the source parameters the run began from") from None
+                              f"{text[0][:200] if text else ''}); it holds the source parameters the run began "
+                              f"from") from None
         if init_from is not None and not isinstance(init_from, (str, os.PathLike)):
             from rmtjax.transfer import make_source
 
@@ -275,9 +297,9 @@ class RunDir:
         ckpt = Checkpoints(self.path / "checkpoints")
         try:
             self._check_config_unchanged(ckpt.saved_config())
-            snap = ckpt.restore(like)
-            if snap is not None and self.between is not None:
-                self.between.restore(self.path / LEVELS_DIR, snap.iterations, snap.state)
+            # a checkpoint is usable only with every part saved beside it present and intact (the
+            # replay levels); otherwise the one before it is taken
+            snap = ckpt.restore(like, verify=None if self.between is None else self._verify_levels)
             if snap is not None and snap.skipped and set_aside:
                 moved = ckpt.set_aside([s for s, _ in snap.skipped], self.path / "unusable_checkpoints")
                 warnings.warn(f"moved {len(moved)} unusable checkpoint(s) to {self.path / 'unusable_checkpoints'}",
@@ -293,6 +315,9 @@ class RunDir:
             warnings.warn(f"the final checkpoint of {self.path} (iteration {finished_at}, per summary.json) is "
                           f"missing; using the one at iteration {snap.iterations}", CheckpointWarning, stacklevel=2)
         return snap
+
+    def _verify_levels(self, snap: Snapshot) -> None:
+        self.between.restore(self.path / LEVELS_DIR, snap.iterations, snap.state, snap.parts.get(LEVELS_DIR))
 
     def _check_config_unchanged(self, saved) -> None:
         """Refuse to go on when config.yaml (or the config given) differs from the one the
@@ -347,14 +372,19 @@ class RunDir:
         jsonl, csv_text = format_rows(chunk, first, self._columns, self.seeds_per_cell)
         for name, text in (("metrics.jsonl", jsonl), ("metrics.csv", csv_text)):
             safefs.append_text(self.path / name, text)
+        timing = getattr(self.between, "timing", None)
+        if timing is not None:  # wall-clock seconds: not metrics (a resumed run's metrics are the same bytes)
+            safefs.append_text(self.path / TIMING, json.dumps({"iteration": done, **timing()}) + "\n")
         if self._tb is not None:
             self._log_tensorboard(chunk)
         if final or chunks_done % self.config.train.checkpoint_every == 0:
             stacked = {k: np.concatenate([c[k] for c in history], axis=0) for k in chunk}
             try:
-                self.checkpoints.save(state, stacked, done, chunks_done, config=self.config.to_dict())
+                # the levels first, their checksum in the checkpoint: a crash between the two leaves
+                # a level file no checkpoint names (pruned later), never a checkpoint without levels
+                parts = None if self.between is None else {LEVELS_DIR: self.between.save(self.path / LEVELS_DIR, done)}
+                self.checkpoints.save(state, stacked, done, chunks_done, config=self.config.to_dict(), parts=parts)
                 if self.between is not None:
-                    self.between.save(self.path / LEVELS_DIR, done)
                     self.between.prune(self.path / LEVELS_DIR, self.checkpoints.steps())
             except Exception as e:  # a full disk, a vanished directory: orbax raises many kinds
                 kept = [s for s in self.checkpoints.steps() if s != done]
@@ -440,6 +470,63 @@ def _lock(path: Path):
     f.write(f"{os.getpid()}\n")
     f.flush()
     return f
+
+
+MAX_RUN_JSON_BYTES = 64 << 20
+
+
+def _check_info(where: Path, info, config: Config) -> None:
+    """Refuse a run.json whose parts are not what rmtjax writes (edited or damaged): one line
+    naming the part, instead of a traceback wherever it is used."""
+    def bad(part: str, why: str):
+        return RunDirError(f"{where}: '{part}' {why}; the file was edited or damaged (it is written by rmtjax)")
+
+    if not isinstance(info, dict):
+        raise bad("run.json", "is not a JSON object")
+    seeds = config.train.num_seeds
+    hp = info.get("hparams")
+    if hp is not None:
+        if not isinstance(hp, dict) or not all(isinstance(k, str) for k in hp):
+            raise bad("hparams", "is not a mapping of names to values")
+        for k, v in hp.items():
+            flat = v if isinstance(v, list) else [v]
+            if (len(flat) not in (1, seeds) or
+                    not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in flat)):
+                raise bad(f"hparams.{k[:40]}", f"is not a number or {seeds} numbers (one per seed)")
+    sweep = info.get("sweep")
+    if sweep is not None:
+        grid = sweep.get("grid") if isinstance(sweep, dict) else None
+        per_cell = sweep.get("seeds") if isinstance(sweep, dict) else None
+        if (not isinstance(grid, dict) or not grid or not all(isinstance(k, str) for k in grid)
+                or not all(isinstance(v, list) and v and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                                             for x in v) for v in grid.values())):
+            raise bad("sweep.grid", "is not a mapping of fields to lists of numbers")
+        if not isinstance(per_cell, int) or isinstance(per_cell, bool) or per_cell < 1:
+            raise bad("sweep.seeds", "is not a positive integer")
+        cells = math.prod(len(v) for v in grid.values())
+        if cells * per_cell != seeds:
+            raise bad("sweep", f"has {cells} cell(s) × {per_cell} seed(s), but config.yaml's train.num_seeds is {seeds}")
+    source = info.get("init_from")
+    if source is not None:
+        if not isinstance(source, dict):
+            raise bad("init_from", "is not a JSON object")
+        n = source.get("source_seeds")
+        seed_map = source.get("seed_map")
+        if not isinstance(source.get("origin"), str):
+            raise bad("init_from.origin", "is not a path")
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise bad("init_from.source_seeds", "is not a positive integer")
+        if (not isinstance(seed_map, list) or len(seed_map) != seeds or
+                not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < n for x in seed_map)):
+            raise bad("init_from.seed_map", f"is not {seeds} source seed(s) in [0, {n - 1}]")
+        digest = source.get("sha256")
+        if not isinstance(digest, str) or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            raise bad("init_from.sha256", "is not a SHA-256")
+    wandb_id = info.get("wandb_id")
+    if wandb_id is not None and (not isinstance(wandb_id, str) or not wandb_id.isalnum() or len(wandb_id) > 64):
+        raise bad("wandb_id", "is not a W&B run id")
+    if not isinstance(info.get("resumed", []), list):
+        raise bad("resumed", "is not a list")
 
 
 def _flatten(data, prefix: str = "") -> dict:

@@ -11,6 +11,7 @@ directory that is to be written is refused outright if it holds a link anywhere
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -124,3 +125,55 @@ def move_within(src: Path, destination_dir: Path, name: str) -> Path:
         dst, n = destination_dir / f"{name}.{n}", n + 1
     os.rename(src, dst)
     return dst
+
+
+@contextlib.contextmanager
+def atomic_file(path: Path):
+    """A binary file to write `path`'s new contents into: a fresh temporary file beside it
+    (as `write_atomic`), fsynced and renamed over `path` when the block ends without an error,
+    removed otherwise."""
+    path = Path(path)
+    fd, tmp = _create_exclusive(path)
+    try:
+        with os.fdopen(fd, "w+b") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def open_regular(path: Path, mode: str = "rb"):
+    """The regular file `path` opened without following a link: "rb" to read, "w+b" to create
+    or truncate it for writing and reading; `UnsafePathError` for a link or a special file."""
+    flags = {"rb": os.O_RDONLY, "w+b": os.O_RDWR | os.O_CREAT | os.O_TRUNC}[mode]
+    return os.fdopen(_open_regular(Path(path), flags | getattr(os, "O_CLOEXEC", 0)), mode)
+
+
+def make_dir(path: Path, parents: bool = False) -> Path:
+    """`path` as a directory (made if missing), refused if it is a symbolic link or something
+    other than a directory: what is then written into it stays where it is named."""
+    path = Path(path)
+    if os.path.islink(path):
+        raise UnsafePathError(errno.ELOOP, "is a symbolic link; rmtjax writes nothing through it (remove it)",
+                              str(path))
+    path.mkdir(parents=parents, exist_ok=True)
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise UnsafePathError(errno.ENOTDIR, "is a symbolic link or not a directory (remove it)", str(path))
+    return path
+
+
+def remove_file(path: Path) -> None:
+    """Delete `path` if it is a regular file; a link or anything else is left alone."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISREG(st.st_mode):
+        os.unlink(path)

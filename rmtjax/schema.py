@@ -42,6 +42,8 @@ def _number(path: str, value: Any, integer: bool) -> int | float:
             raise ConfigError(f"{path}: expected {what}, got {value!r}") from None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{path}: expected {what}, got {value!r}")
+    if isinstance(value, int) and value.bit_length() > 256:  # far past any range; float() would overflow
+        raise ConfigError(f"{path}: an integer of {value.bit_length():,} bits is out of range")
     if not math.isfinite(value):
         raise ConfigError(f"{path}: expected a finite number, got {value!r}")
     if not integer:

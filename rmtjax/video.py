@@ -56,12 +56,27 @@ class Video:
 def _check_path(path) -> Path:
     if path is None or not str(path).strip():
         raise ConfigError("--video: an empty path was given; name a file ending in .gif or .mp4")
+    if "\x00" in str(path):
+        raise ConfigError(f"--video {str(path)!r}: a path holds no NUL character")
     path = Path(path)
     if path.suffix.lower() not in FORMATS:
         raise ConfigError(f"--video {path}: the file must end in .gif or .mp4 (got {path.suffix or 'no suffix'!r})")
     if path.is_dir():
         raise ConfigError(f"--video {path}: it is a directory; name a file ending in .gif or .mp4")
     return path
+
+
+def _check_target(path: Path, overwrite: bool) -> None:
+    """A video is never written through a link, and replaces an existing file only when asked."""
+    if path.is_symlink():
+        raise ConfigError(f"--video {path}: it is a symbolic link; rmtjax writes no video through one (name the "
+                          f"file itself)")
+    if os.path.lexists(path):
+        if not path.is_file():
+            raise ConfigError(f"--video {path}: it exists and is not a regular file")
+        if not overwrite:
+            raise ConfigError(f"--video {path}: the file exists; choose another name or pass --overwrite "
+                              f"(render_video(..., overwrite=True)) to replace it")
 
 
 def _writer_check(path: Path) -> None:
@@ -77,11 +92,12 @@ def _writer_check(path: Path) -> None:
 
 
 def render_video(source, path, *, key=None, max_steps: int | None = None, per_seed: bool = False,
-                 fps: int = 30) -> Video:
+                 fps: int = 30, overwrite: bool = False) -> Video:
     """Render one greedy episode per seed of `source` (a run directory or a `TrainResult`) into
     `path` (`.gif` or `.mp4`): the seeds tiled in one video, or with `per_seed` one file per
     seed, `<stem>_seed<k><suffix>`. `max_steps` bounds the episodes (default: the env's time
-    limit, else 1,000)."""
+    limit, else 1,000). An existing file is replaced only with `overwrite`; a symbolic link at
+    the path is always refused (the file is written beside it and renamed into place)."""
     import jax
 
     from rmtjax.driver import load_run
@@ -92,8 +108,13 @@ def render_video(source, path, *, key=None, max_steps: int | None = None, per_se
         raise ConfigError(f"max_steps: expected an integer ≥ 1, got {max_steps!r}")
     if not isinstance(fps, int) or not 1 <= fps <= 240:
         raise ConfigError(f"fps: expected an integer in [1, 240], got {fps!r}")
+    if not per_seed:
+        _check_target(path, overwrite)  # before anything is computed
     result = load_run(source) if isinstance(source, (str, os.PathLike)) else source
     key = jax.random.key(0) if key is None else key
+    if per_seed:
+        for s in range(result.config.train.num_seeds):
+            _check_target(path.with_name(f"{path.stem}_seed{s}{path.suffix}"), overwrite)
     tiles, returns, lengths, finished = play(result, key, max_steps)
     seeds = len(tiles)
     if per_seed:
@@ -369,16 +390,21 @@ def _grid(tiles):
 
 
 def _write(path: Path, frames, fps: int) -> None:
+    from rmtjax import safefs
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix.lower() == ".gif":
-        from PIL import Image
+    # a fresh temporary file beside `path`, renamed over it: never written through a link planted there
+    with safefs.atomic_file(path) as f:
+        if path.suffix.lower() == ".gif":
+            from PIL import Image
 
-        images = [Image.fromarray(f) for f in frames]
-        images[0].save(path, save_all=True, append_images=images[1:], duration=max(20, round(1000 / fps)), loop=0)
-        return
-    import imageio.v3 as iio
+            images = [Image.fromarray(x) for x in frames]
+            images[0].save(f, format="GIF", save_all=True, append_images=images[1:],
+                           duration=max(20, round(1000 / fps)), loop=0)
+            return
+        import imageio.v3 as iio
 
-    h, w = frames[0].shape[:2]  # the usual MP4 encoding (yuv420p) wants even sides
-    frames = [np.pad(f, ((0, h % 2), (0, w % 2), (0, 0)), mode="edge") for f in frames]
-    # PyAV encodes in this process (ffmpeg's libraries in its wheel): no subprocess forked from a JAX process
-    iio.imwrite(path, np.stack(frames), plugin="pyav", codec="libx264", fps=fps)
+        h, w = frames[0].shape[:2]  # the usual MP4 encoding (yuv420p) wants even sides
+        frames = [np.pad(x, ((0, h % 2), (0, w % 2), (0, 0)), mode="edge") for x in frames]
+        # PyAV encodes in this process (ffmpeg's libraries in its wheel): no subprocess forked from a JAX process
+        f.write(iio.imwrite("<bytes>", np.stack(frames), plugin="pyav", codec="libx264", fps=fps, extension=".mp4"))

@@ -16,7 +16,7 @@ import pytest
 
 import rmtjax
 from rmtjax import envs, limits, safefs
-from rmtjax.checkpoint import Checkpoints
+from rmtjax.checkpoint import CheckpointWarning, Checkpoints
 from rmtjax.cli import main
 from rmtjax.config import Config, ConfigError, load_config
 from rmtjax.health import HealthWarning, nonfinite_obs_stats, skipped_everything
@@ -45,22 +45,17 @@ def _plant(link: Path, target: Path, text: str = "precious\n") -> Path:
 
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory, outside):
-    """A finished small run, written into a directory where the old temporary-file names had
-    been planted as links to files outside it."""
+    """A finished small run."""
     path = tmp_path_factory.mktemp("runs") / "small"
-    path.mkdir()
-    targets = {n: _plant(path / n, outside / f"target{n}") for n in TMP_NAMES}
     cfg = rmtjax.make_config("ppo", "CartPole-v1", SMALL)
     result = rmtjax.train(cfg, jax.random.key(0), run_dir=path)
-    return {"path": path, "config": cfg, "result": result, "targets": targets}
+    return {"path": path, "config": cfg, "result": result}
 
 
 @pytest.fixture
 def run_copy(small_run, tmp_path):
     path = tmp_path / "copy"
     shutil.copytree(small_run["path"], path, symlinks=True)
-    for n in TMP_NAMES:
-        (path / n).unlink()
     (path / ".lock").unlink()
     return path
 
@@ -72,16 +67,22 @@ def _one_line_error(err: str) -> str:
 
 
 # -- 1. planted links never make a run write outside its directory ------------------------------
-def test_a_new_run_writes_its_files_as_regular_files_past_planted_temporary_links(small_run):
-    path = small_run["path"]
-    for name, target in small_run["targets"].items():
+def test_a_new_run_refuses_a_directory_holding_planted_temporary_links(small_run, tmp_path, outside):
+    path = tmp_path / "planted"
+    path.mkdir()
+    targets = {n: _plant(path / n, outside / f"target{n}") for n in TMP_NAMES}
+    with pytest.raises(RunDirError, match=r"holds symbolic link\(s\) .*remove them or choose a new directory"):
+        rmtjax.train(small_run["config"], jax.random.key(0), run_dir=path)
+    for name, target in targets.items():
         assert target.read_text() == "precious\n", name  # nothing written through the link
         assert (path / name).is_symlink()  # and the link itself left alone
+    assert sorted(p.name for p in path.iterdir()) == sorted(TMP_NAMES)  # nothing written at all
+    small = small_run["path"]  # a run in a clean directory writes regular files only
     for name in ("config.yaml", "run.json", "metrics.jsonl", "metrics.csv", "summary.json"):
-        assert (path / name).is_file() and not (path / name).is_symlink(), name
-    assert load_config(path / "config.yaml") == small_run["config"]
-    assert len((path / "metrics.jsonl").read_text().splitlines()) == 4
-    assert not [p for p in path.iterdir() if p.name.endswith(".tmp") and not p.is_symlink()]  # no leftovers
+        assert (small / name).is_file() and not (small / name).is_symlink(), name
+    assert load_config(small / "config.yaml") == small_run["config"]
+    assert len((small / "metrics.jsonl").read_text().splitlines()) == 4
+    assert not [p for p in small.iterdir() if p.name.endswith(".tmp")]  # no leftovers
 
 
 @pytest.mark.parametrize("name", [".lock", "checkpoints", "unusable_checkpoints", "config.yaml", "tensorboard"])
@@ -281,10 +282,10 @@ def test_a_full_disk_mid_run_is_one_line_and_keeps_the_last_checkpoint(small_run
     path = tmp_path / "full"
     real_save = Checkpoints.save
 
-    def save(self, state, history, iterations, chunks, config=None):
+    def save(self, state, history, iterations, chunks, config=None, parts=None):
         if iterations == 4:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.directory / "4.orbax-checkpoint-tmp"))
-        return real_save(self, state, history, iterations, chunks, config)
+        return real_save(self, state, history, iterations, chunks, config, parts)
 
     monkeypatch.setattr(Checkpoints, "save", save)
     assert main(["train", "--quiet", "--run-dir", str(path), *SETS]) == 2
@@ -477,3 +478,372 @@ def test_a_collected_future_with_a_read_error_is_not_logged_but_other_ones_are(c
         loop.close()
     logged = [r.exc_info[1] for r in caplog.records if r.name == "asyncio" and r.exc_info]
     assert logged == [other]
+
+
+# == issue 34: hostile run directories, replay levels and inputs ================================
+def _demo_arrays(n=8):
+    obs = np.arange(n * 4, dtype=np.float32).reshape(n, 4)
+    return dict(obs=obs, action=np.arange(n) % 2, reward=np.ones(n, np.float32), terminated=np.zeros(n, bool),
+                truncated=np.zeros(n, bool), next_obs=obs + 0.5)
+
+
+DEMO_ENV = dict(obs_shape=(4,), discrete=True, num_actions=2)
+
+
+def _npz_with(path: Path, arrays: dict, patch=None, compression=0) -> Path:
+    """An .npz of `arrays`, each member's .npy bytes passed through `patch(name, data)`."""
+    import io
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", compression=compression) as z:
+        for name, value in arrays.items():
+            buf = io.BytesIO()
+            np.save(buf, value)
+            data = buf.getvalue()
+            z.writestr(f"{name}.npy", patch(name, data) if patch else data)
+    return path
+
+
+# -- 9. demonstrations: bounded, plain files, no code -------------------------------------------
+def test_damaged_or_hostile_demonstration_files_are_one_line_config_errors(tmp_path, outside, monkeypatch):
+    from rmtjax.replay import demonstrations as demo_io
+
+    good = demo_io.save(tmp_path / "good.npz", **_demo_arrays())
+    assert demo_io.load(good, **DEMO_ENV)["obs"].shape == (8, 4)
+    (tmp_path / "junk.npz").write_bytes(b"not a zip at all")
+    (tmp_path / "cut.npz").write_bytes(good.read_bytes()[:300])
+    np.savez(tmp_path / "strings.npz", **{**_demo_arrays(), "action": np.array(["left"] * 8)})
+    # a header claiming 10^13 rows where 8 are stored
+    _npz_with(tmp_path / "claims.npz", _demo_arrays(),
+              lambda k, d: d.replace(b"(8, 4)", b"(10000000000000, 4)") if k == "obs" else d)
+    _npz_with(tmp_path / "bomb.npz", {**_demo_arrays(), "obs": np.zeros((1 << 16, 4), np.float32)},
+              compression=8)  # 1 MiB of zeros deflated to ~1 KiB
+    _plant(tmp_path / "link.npz", outside / "demo_target.npz")
+    os.mkfifo(tmp_path / "fifo.npz")
+    monkeypatch.setattr(demo_io, "MAX_BYTES", 1 << 19)  # 512 KiB: the bomb's members exceed it uncompressed
+    cases = {"junk.npz": "not a readable .npz", "cut.npz": "not a readable .npz",
+             "strings.npz": "'action' holds <U4 values", "claims.npz": r"claims shape \[10000000000000, 4\]",
+             "bomb.npz": "bytes uncompressed; demonstrations are held in memory", "link.npz": "symbolic link",
+             "fifo.npz": "not a regular file"}
+    for name, says in cases.items():
+        with pytest.raises(ConfigError, match=rf"agent\.demonstrations: .*{name}: .*{says}") as caught:
+            demo_io.load(tmp_path / name, **DEMO_ENV)
+        assert "\n" not in str(caught.value) and len(str(caught.value)) < 400, name
+    with pytest.raises(ConfigError, match="lies outside"):
+        demo_io.load(good, **DEMO_ENV, root=outside)
+
+
+def _hostile_minari_dataset(root: Path, dataset_id: str, marker: Path) -> dict:
+    """A Minari dataset (hdf5) whose metadata has no spaces and an env_spec whose entry point
+    would run a shell command if an environment were made from it."""
+    h5py = pytest.importorskip("h5py")
+    data = root / dataset_id / "data"
+    data.mkdir(parents=True)
+    spec = {"id": "Evil-v0", "entry_point": "os:system", "reward_threshold": None, "nondeterministic": False,
+            "max_episode_steps": None, "order_enforce": True, "disable_env_checker": True,
+            "kwargs": {"command": f"touch {marker}"}, "additional_wrappers": [], "vector_entry_point": None}
+    (data / "metadata.json").write_text(json.dumps({"data_format": "hdf5", "total_episodes": 1, "total_steps": 3,
+                                                    "env_spec": json.dumps(spec), "dataset_id": dataset_id}))
+    obs = np.arange(16, dtype=np.float32).reshape(4, 4)
+    with h5py.File(data / "main_data.hdf5", "w") as f:
+        g = f.create_group("episode_0")
+        g["observations"], g["actions"], g["rewards"] = obs, np.array([0, 1, 0]), np.ones(3)
+        g["terminations"], g["truncations"] = np.array([False, False, True]), np.zeros(3, bool)
+    return {"obs": obs}
+
+
+def test_a_minari_dataset_is_read_without_running_its_env_spec_and_ids_are_names(tmp_path, monkeypatch):
+    from rmtjax.replay import demonstrations as demo_io
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("MINARI_DATASETS_PATH", raising=False)
+    with pytest.raises(ConfigError, match="no such dataset on this machine"):
+        demo_io.load("minari:cartpole/absent-v0", **DEMO_ENV)
+    assert not (tmp_path / "home").exists()  # ~/.minari/datasets is not created
+
+    root, marker = tmp_path / "datasets", tmp_path / "ran"
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(root))
+    made = _hostile_minari_dataset(root, "evil/spec-v0", marker)
+    data = demo_io.load("minari:evil/spec-v0", **DEMO_ENV)
+    np.testing.assert_array_equal(data["obs"], made["obs"][:-1])
+    np.testing.assert_array_equal(data["next_obs"], made["obs"][1:])
+    assert not marker.exists()  # no environment was made from the stored spec
+
+    _hostile_minari_dataset(tmp_path / "elsewhere", "x-v0", marker)
+    for bad in ("../elsewhere/x-v0", "/abs/x-v0", "evil/../../elsewhere/x-v0", "evil/spec"):
+        with pytest.raises(ConfigError, match="a Minari dataset id is a name"):
+            demo_io.load(f"minari:{bad}", **DEMO_ENV)
+    (root / "linked-v0").symlink_to(tmp_path / "elsewhere" / "x-v0")
+    with pytest.raises(ConfigError, match="symbolic link"):
+        demo_io.load("minari:linked-v0", **DEMO_ENV)
+    assert not marker.exists()
+
+
+def test_checking_a_demonstration_source_touches_no_file(tmp_path):
+    from rmtjax.replay import demonstrations as demo_io
+
+    for ok in ("", str(tmp_path / "not-there-yet.npz"), "minari:D4RL/door/human-v2", "minari:cartpole/x-v0"):
+        demo_io.check_source(ok)
+    for bad, says in (("minari:../x-v0", "is a name"), ("minari:x", "is a name"), ("a\x00b", "NUL"),
+                      ("x" * 5000, "at most 4096")):
+        with pytest.raises(ConfigError, match=rf"agent\.demonstrations: .*{says}"):
+            demo_io.check_source(bad)
+    assert list(tmp_path.iterdir()) == []
+
+
+NEEDS_33 = pytest.mark.xfail(strict=False, reason="needs the issue-33 change to agents/rmt.py: demonstrations "
+                                                  "read when training starts, not when a config is built")
+DEMO_RUN = {"train.total_steps": 256, "train.num_chunks": 1, "train.progress": False, "env.num_envs": 4,
+            "agent.rollout_len": 4, "agent.updates_per_step": 0.25, "agent.batch_size": 16, "agent.buffer_size": 128,
+            "agent.learning_starts": 64, "agent.hidden": [8]}
+
+
+@NEEDS_33
+def test_reading_a_config_that_names_demonstrations_does_not_read_them(tmp_path):
+    path = tmp_path / "cfg.yaml"
+    path.write_text(f"algo: rmt\nenv: {{id: CartPole-v1}}\nagent: {{demonstrations: {tmp_path / 'absent.npz'}}}\n")
+    assert load_config(path).agent.demonstrations == str(tmp_path / "absent.npz")  # no file is opened
+
+
+@NEEDS_33
+def test_evaluating_a_run_trained_on_demonstrations_needs_no_demonstration_file(tmp_path, capsys):
+    from rmtjax.replay import demonstrations as demo_io
+
+    demos = demo_io.save(tmp_path / "demos.npz", **_demo_arrays(32))
+    cfg = rmtjax.make_config("rmt", "CartPole-v1", {**DEMO_RUN, "agent.demonstrations": str(demos)})
+    rmtjax.train(cfg, jax.random.key(0), run_dir=tmp_path / "run")
+    demos.unlink()
+    assert main(["eval", str(tmp_path / "run"), "--episodes", "1", "--max-steps", "5"]) == 0
+    assert rmtjax.load_policy(tmp_path / "run")(np.zeros(4, np.float32)).shape == ()
+
+
+# -- 10. every file a run writes or prunes stays in its directory --------------------------------
+@pytest.mark.parametrize("name", ["replay_disk", "replay_levels", "sub/deep", "timing.jsonl"])
+def test_a_new_run_refuses_a_planted_link_anywhere_before_writing(small_run, tmp_path, outside, name):
+    path = tmp_path / "fresh"
+    (path / name).parent.mkdir(parents=True)
+    target = outside / f"dir_{name.replace('/', '_')}"
+    target.mkdir(exist_ok=True)
+    (target / "7.npz").write_text("precious\n")
+    (path / name).symlink_to(target)
+    with pytest.raises(RunDirError, match=rf"{name.split('/')[0]}"):
+        RunDir.create(path, small_run["config"], jax.random.key(0))
+    assert (target / "7.npz").read_text() == "precious\n" and sorted(p.name for p in target.iterdir()) == ["7.npz"]
+    assert not (path / "config.yaml").exists() and not (path / ".lock").exists()
+
+
+def _levels(**kw):
+    from rmtjax.replay.hierarchical import Levels
+
+    return Levels(seeds=1, host_capacity=8, cold_rows=(0, 4), refresh_share=0.0, warmup=0, priority="1",
+                  **{"disk_capacity": 0, **kw})
+
+
+def test_replay_levels_are_never_saved_pruned_or_mapped_through_a_link(tmp_path, outside):
+    (outside / "levels").mkdir()
+    (outside / "levels" / "7.npz").write_text("precious\n")
+    (tmp_path / "replay_levels").symlink_to(outside / "levels")
+    levels = _levels()
+    with pytest.raises(safefs.UnsafePathError, match="symbolic link"):
+        levels.prune(tmp_path / "replay_levels", keep=[])  # used to delete 7.npz there
+    with pytest.raises(safefs.UnsafePathError, match="symbolic link"):
+        levels.save(tmp_path / "replay_levels", 3)
+    assert sorted(p.name for p in (outside / "levels").iterdir()) == ["7.npz"]
+
+    real = tmp_path / "real"  # a level file name planted as a link inside a real directory
+    real.mkdir()
+    (real / "5.npz").symlink_to(outside / "levels" / "7.npz")
+    (real / "notes.txt").write_text("mine\n")
+    levels.save(real, 3)
+    levels.prune(real, keep=[3])
+    assert (outside / "levels" / "7.npz").read_text() == "precious\n"
+    assert sorted(p.name for p in real.iterdir()) == ["3.npz", "5.npz", "notes.txt", "segments"]
+
+    disk = tmp_path / "disk"  # a leaf file of the disk level planted as a link
+    disk.mkdir()
+    (disk / "leaf0.dat").symlink_to(outside / "leaf_target")
+    (outside / "leaf_target").write_text("precious\n")
+    with pytest.raises(ConfigError, match=r"agent\.disk_dir: .*holds symbolic link"):
+        _levels(disk_capacity=8, disk_dir=disk)
+    assert (outside / "leaf_target").read_text() == "precious\n"
+
+
+def test_a_disk_dir_is_used_by_one_run_at_a_time(tmp_path):
+    first = _levels(disk_capacity=8, disk_dir=tmp_path / "shared")
+    with pytest.raises(ConfigError, match=r"agent\.disk_dir: .*shared holds the disk level of another running run "
+                                          rf"\(pid {os.getpid()}\)"):
+        _levels(disk_capacity=8, disk_dir=tmp_path / "shared")
+    del first  # its lock goes with it
+    _levels(disk_capacity=8, disk_dir=tmp_path / "shared")
+
+
+def test_a_video_is_never_written_through_a_link_nor_over_a_file_unasked(small_run, tmp_path, outside, capsys):
+    target = _plant(tmp_path / "link.gif", outside / "video_target.gif")
+    assert main(["eval", str(small_run["path"]), "--video", str(tmp_path / "link.gif"), "--overwrite"]) == 2
+    assert "symbolic link" in _one_line_error(capsys.readouterr().err)
+    (tmp_path / "old.gif").write_text("mine\n")
+    assert main(["eval", str(small_run["path"]), "--video", str(tmp_path / "old.gif")]) == 2
+    assert "the file exists; choose another name or pass --overwrite" in _one_line_error(capsys.readouterr().err)
+    assert target.read_text() == "precious\n" and (tmp_path / "old.gif").read_text() == "mine\n"
+    pytest.importorskip("PIL")
+    assert main(["eval", str(small_run["path"]), "--video", str(tmp_path / "old.gif"), "--overwrite",
+                 "--max-steps", "3"]) == 0
+    assert (tmp_path / "old.gif").read_bytes()[:3] == b"GIF"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.gif", "old.gif"]  # no temporary file left
+
+
+@pytest.fixture
+def fake_wandb(monkeypatch):
+    """A stand-in for the wandb package whose `init` records its call (or raises `fail`)."""
+    import types
+
+    module = types.ModuleType("wandb")
+    module.calls, module.fail = [], None
+
+    def init(**kw):
+        module.calls.append(kw)
+        if module.fail is not None:
+            raise module.fail
+        return types.SimpleNamespace(id=kw["id"], define_metric=lambda *a, **k: None, log=lambda *a: None,
+                                     finish=lambda **k: None, summary={})
+
+    module.init, module.Settings = init, lambda **kw: kw
+    monkeypatch.setitem(sys.modules, "wandb", module)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("NETRC", str(Path(os.devnull)))
+    return module
+
+
+def test_wandb_that_cannot_start_or_would_link_into_the_run_directory_is_refused_first(small_run, tmp_path,
+                                                                                         fake_wandb, monkeypatch):
+    cfg = small_run["config"].override({"train.wandb": True, "train.wandb_mode": "online"})
+    with pytest.raises(ConfigError, match="train.wandb_mode: online .* needs a W&B API key"):
+        rmtjax.train(cfg, jax.random.key(0), run_dir=tmp_path / "nokey")
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    fake_wandb.fail = TimeoutError("timed out after 90 s waiting for the W&B service")
+    with pytest.raises(ConfigError, match=r"train.wandb: W&B could not start the run \(TimeoutError: timed out"):
+        rmtjax.train(cfg, jax.random.key(0), run_dir=tmp_path / "nonet")
+    offline = cfg.override({"train.wandb_mode": "offline"})
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "inside"))
+    with pytest.raises(ConfigError, match=r"train.wandb: W&B would keep its files .* inside the run directory"):
+        rmtjax.train(offline, jax.random.key(0), run_dir=tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no run directory, half-made or other
+    assert len(fake_wandb.calls) == 1
+
+
+# -- 11. resume from the newest checkpoint whose every part is intact ---------------------------
+HIER = {"train.total_steps": 1200, "train.num_seeds": 1, "train.progress": False, "env.num_envs": 4,
+        "agent.rollout_len": 2, "agent.torso": "mlp", "agent.hidden": [16], "agent.batch_size": 16,
+        "agent.learning_starts": 200, "agent.replay": "hierarchical", "agent.hier_sampling": "cache",
+        "agent.buffer_size": 800, "agent.device_fraction": 0.25, "agent.disk_fraction": 0.5, "agent.sync_every": 25,
+        "agent.tier_fractions": [0.05, 0.15, 0.8], "train.num_chunks": 3}
+
+
+@pytest.fixture(scope="module")
+def hier_run(tmp_path_factory):
+    path = tmp_path_factory.mktemp("hier") / "ref"
+    result = rmtjax.train(rmtjax.make_config("rmt", "CartPole-v1", HIER), jax.random.key(3), run_dir=path)
+    return {"path": path, "result": result}
+
+
+def _cut_copy(hier_run, dest: Path) -> Path:
+    shutil.copytree(hier_run["path"], dest)
+    (dest / ".lock").unlink()
+    (dest / "summary.json").unlink()  # as a run killed before it finished left it
+    return dest
+
+
+@pytest.mark.parametrize("damage", ["missing", "host_td rewritten", "another level copied over it"])
+def test_a_checkpoint_whose_replay_levels_are_missing_or_damaged_resumes_from_the_one_before(hier_run, tmp_path,
+                                                                                           damage):
+    from tests.helpers import assert_same_run
+
+    run = _cut_copy(hier_run, tmp_path / "run")
+    steps = sorted(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit())
+    last = run / "replay_levels" / f"{steps[-1]}.npz"
+    if damage == "missing":  # a SIGKILL between the checkpoint's commit and its levels (the old order)
+        last.unlink()
+    elif damage == "host_td rewritten":
+        with np.load(last) as z:
+            arrays = {k: z[k].copy() for k in z.files}
+        arrays["host_td"] = arrays["host_td"] * 2
+        np.savez(last, **arrays)
+    else:
+        shutil.copyfile(run / "replay_levels" / f"{steps[-2]}.npz", last)
+    with pytest.warns(CheckpointWarning, match=rf"checkpoint .*{steps[-1]} is unusable \(LevelsError: .*{last.name}"):
+        resumed = rmtjax.train(None, resume=run)
+    assert resumed.metrics["env_steps"].shape == hier_run["result"].metrics["env_steps"].shape
+    assert_same_run(hier_run["result"], resumed)
+    # the logs are the same bytes: no wall-clock value among the metrics
+    assert (run / "metrics.jsonl").read_bytes() == (hier_run["path"] / "metrics.jsonl").read_bytes()
+
+
+def test_wall_clock_seconds_are_kept_apart_from_the_metrics(hier_run):
+    result, path = hier_run["result"], hier_run["path"]
+    assert not [k for k in result.metrics if "seconds" in k]
+    assert set(result.timing) == {"replay_move_seconds", "replay_move_seconds_total"}
+    lines = [json.loads(x) for x in (path / "timing.jsonl").read_text().splitlines()]
+    assert [x["iteration"] for x in lines][-1] == 150 and lines[-1]["replay_move_seconds_total"] > 0
+
+
+def test_a_damaged_transfer_source_or_run_json_is_one_line(small_run, tmp_path, capsys):
+    run = tmp_path / "child"
+    rmtjax.train(small_run["config"], jax.random.key(1), run_dir=run, init_from=small_run["path"])
+    shutil.rmtree(run / "checkpoints" / "4")
+    (run / "summary.json").unlink()
+    source = run / "transfer_source.npz"
+    data = bytearray(source.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one flipped byte
+    original, source_bytes = (run / "run.json").read_text(), source.read_bytes()
+    source.write_bytes(bytes(data))
+    assert main(["train", "--quiet", "--resume", str(run)]) == 2
+    assert "transfer_source.npz is missing or unreadable" in _one_line_error(capsys.readouterr().err)
+    source.write_bytes(source_bytes)
+    info = json.loads(original)
+    for part, value in (("seed_map", "x"), ("source_seeds", None), ("sha256", 5)):
+        (run / "run.json").write_text(json.dumps({**info, "init_from": {**info["init_from"], part: value}}))
+        assert main(["train", "--quiet", "--resume", str(run)]) == 2
+        assert f"'init_from.{part}'" in _one_line_error(capsys.readouterr().err)
+    for sweep in ({"grid": 5, "seeds": "x"}, {"grid": {"agent.lr": [0.1, 0.2]}, "seeds": 1}):
+        (run / "run.json").write_text(json.dumps({**info, "sweep": sweep}))
+        assert main(["sweep", "--quiet", "--resume", str(run)]) == 2
+        assert "run.json: 'sweep" in _one_line_error(capsys.readouterr().err)
+
+
+# -- 12. bounded parsing ------------------------------------------------------------------------
+@pytest.mark.parametrize("value, says", [
+    ("9" * 5000, "a number literal of 5,000 characters"),
+    ("[" * 3000 + "]" * 3000, "nested too deeply"),
+    ("0x" + "f" * 300, "a number literal of 302 characters"),
+])
+def test_huge_or_deep_override_values_are_one_line(value, says, capsys):
+    assert main(["train", "--print-config", "--set", f"train.seed={value}"]) == 2
+    line = _one_line_error(capsys.readouterr().err)
+    assert line.startswith("rmtjax: config error: --set train.seed: the value ") and says in line and len(line) < 300
+
+
+def test_a_yaml_alias_bomb_is_refused_before_it_expands(tmp_path):
+    text = "algo: ppo\nenv:\n  id: CartPole-v1\n  params:\n    a: &a [x, x, x, x, x, x, x, x, x]\n"
+    for i in range(1, 9):  # 9^9 = 387 million scalars once expanded, in a few hundred bytes
+        prev, name = chr(96 + i), chr(97 + i)
+        text += f"    {name}: &{name} [{', '.join(['*' + prev] * 9)}]\n"
+    (tmp_path / "bomb.yaml").write_text(text)
+    assert len(text) < 600
+    with pytest.raises(ConfigError, match=r"bomb\.yaml is not a usable config: its YAML expands \(aliases followed\) "
+                                          r"to more than 200,000 nodes") as caught:
+        load_config(tmp_path / "bomb.yaml")
+    assert len(str(caught.value)) < 300
+    (tmp_path / "cycle.yaml").write_text("algo: ppo\nenv: &e {id: CartPole-v1, params: {x: *e}}\n")
+    with pytest.raises(ConfigError, match="holds an alias to a node that contains it"):
+        load_config(tmp_path / "cycle.yaml")
+    with pytest.raises(ConfigError, match=r"train\.seed: an integer of 1,200 bits is out of range"):
+        rmtjax.make_config("ppo", "CartPole-v1", {"train.seed": 16**300 - 1})
+
+
+def test_a_very_long_priority_formula_is_refused():
+    from rmtjax.replay.hierarchical import priority_function
+
+    with pytest.raises(ConfigError, match=r"agent\.priority: a formula of 8,999 characters; at most 256"):
+        priority_function(" + ".join(["td"] * 3000)[:8999])
+    assert priority_function("|td|^0.6 + 0.01")(np.array([1.0]))[0] == pytest.approx(1.01)

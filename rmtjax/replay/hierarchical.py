@@ -29,10 +29,20 @@ The priority is a formula of `td` (the item's last |TD error|), e.g. `|td|^0.6 +
 `sqrt(|td|) + 0.1`: numbers, `td`, `+ - * / ^ **`, `|...|` and the functions of `FUNCTIONS`.
 
 Checkpoints: `save` writes the host level, the lower levels' priorities and ids, the counters
-and the disk level. The disk level goes into content-addressed segment files (`segments/<sha256>.npz`,
-a segment per `SEGMENT_ROWS` rows); a checkpoint names its segments by checksum, a segment that
-did not change since the last checkpoint is not written again, and a resume checks every
-checksum before it loads the segment back into the live disk ring.
+and the disk level, and returns the level file's checksum, which the run directory stores in the
+checkpoint written next (the levels are written first: a crash between the two leaves a level
+file no checkpoint names, never a checkpoint without its levels). The disk level goes into
+content-addressed segment files (`segments/<sha256>.npz`, a segment per `SEGMENT_ROWS` rows); a
+checkpoint names its segments by checksum, a segment that did not change since the last
+checkpoint is not written again, and a resume checks the level file's and every segment's
+checksum before it loads them (`LevelsError` names the file; the run directory then falls back
+to the checkpoint before).
+
+Files (issue 34): every file is written through `rmtjax.safefs` (fresh temporary files renamed
+into place, no link followed, directories that are links refused); `prune` deletes only the
+regular files of the names it writes. The disk level's directory (`agent.disk_dir`) is locked
+while a run uses it: a second run naming it is refused. The wall-clock time of the moves is kept
+apart from the metrics (`timing()`), so a resumed run's metrics are those of the uninterrupted one.
 """
 
 from __future__ import annotations
@@ -53,6 +63,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from rmtjax import safefs
 from rmtjax.replay import tiered
 from rmtjax.replay.adapters import TieredReplay
 from rmtjax.schema import ConfigError
@@ -62,6 +73,17 @@ from rmtjax.schema import ConfigError
 FRESH_TD = 1e6
 UID_MASK = 0x7FFFFFFF  # the tiered buffer's ids: its insertion count, wrapped in int32's positive range
 SEGMENT_ROWS = 4096  # disk-level rows per checkpoint segment
+MAX_PRIORITY_CHARS = 256  # a priority formula is a short expression of td
+_LEVEL_FILE = re.compile(r"[0-9]{1,12}\.npz")  # <iteration>.npz
+_SEGMENT_FILE = re.compile(r"[0-9a-f]{32}\.npz")  # <checksum>.npz
+_LEFTOVER = re.compile(r"\..+\.[0-9a-f]{16}\.tmp")  # a temporary file a killed write left (safefs)
+
+
+class LevelsError(ValueError):
+    """A saved level or segment file is missing, damaged or not what its checkpoint names; the
+    message names the file."""
+
+
 FUNCTIONS = {"sqrt": np.sqrt, "log": np.log, "log1p": np.log1p, "exp": np.exp, "abs": np.abs,
              "min": np.minimum, "max": np.maximum}
 
@@ -71,12 +93,15 @@ FUNCTIONS = {"sqrt": np.sqrt, "log": np.log, "log1p": np.log1p, "exp": np.exp, "
 
 def priority_function(text: str) -> Callable[[np.ndarray], np.ndarray]:
     """The priority formula `text` (of `td`, the |TD error|) as a numpy function; a ConfigError
-    names what is wrong with it."""
+    names what is wrong with it. Bounded: at most `MAX_PRIORITY_CHARS` characters."""
+    if not isinstance(text, str) or len(text) > MAX_PRIORITY_CHARS:
+        raise ConfigError(f"agent.priority: a formula of {len(str(text)):,} characters; at most {MAX_PRIORITY_CHARS} "
+                          f"(e.g. |td|^0.6 + 0.01)")
     source = re.sub(r"\|([^|]+)\|", r"abs(\1)", text).replace("^", "**")
     try:
         tree = ast.parse(source, mode="eval")
-    except SyntaxError as e:
-        raise ConfigError(f"agent.priority: {text!r} is not a formula ({e.msg})") from None
+    except (SyntaxError, RecursionError, MemoryError) as e:
+        raise ConfigError(f"agent.priority: {text!r} is not a formula ({getattr(e, 'msg', type(e).__name__)})") from None
     ops = {ast.Add: np.add, ast.Sub: np.subtract, ast.Mult: np.multiply, ast.Div: np.divide, ast.Pow: np.power}
 
     def build(node):
@@ -205,6 +230,12 @@ class Levels:
         self.seed = seed
         self._tmp = None  # a temporary directory for the disk level without a run directory, made when first used
         self.disk_dir = None if disk_dir is None else Path(disk_dir)
+        self._disk_lock = None
+        if self.disk_dir is not None and disk_capacity:
+            self._disk_lock = _claim(self.disk_dir)
+        self.last_seconds = 0.0  # the last sync's wall-clock seconds
+        self.host: list[np.ndarray] = []  # allocated at the first sync (or restore)
+        self.disk: list[np.ndarray] = []
         self.fields = None  # [(path, shape, dtype)] of the item's leaves, set at the first sync
         self.syncs = 0
         self.seconds = 0.0  # spent in syncs by this process
@@ -224,11 +255,11 @@ class Levels:
             if self.disk_dir is None:
                 self._tmp = tempfile.TemporaryDirectory(prefix="rmtjax-replay-")
                 self.disk_dir = Path(self._tmp.name)
-            self.disk_dir.mkdir(parents=True, exist_ok=True)
+            safefs.make_dir(self.disk_dir, parents=True)
             for i, (s, d) in enumerate(self.fields):
-                path = self.disk_dir / f"leaf{i}.dat"
-                self.disk.append(np.lib.format.open_memmap(path, mode="w+", dtype=d,
-                                                           shape=(self.seeds, self.disk_capacity) + s))
+                # created (or emptied) here, never through a link; a raw memory map of the ring
+                with safefs.open_regular(self.disk_dir / f"leaf{i}.dat", "w+b") as f:
+                    self.disk.append(np.memmap(f, dtype=d, mode="w+", shape=(self.seeds, self.disk_capacity) + s))
 
     def host_bytes(self, shapes) -> float:
         """Host RAM of the host level for a batched state of these `shapes` (items, priorities)."""
@@ -387,18 +418,24 @@ class Levels:
         items_tree = jax.tree.unflatten(self.treedef, items_up)
         new_replay = _apply_refresh_jit(replay, rows, items_tree, td_up, uid_up)
         self.syncs += 1
-        seconds = time.perf_counter() - t0
-        self.seconds += seconds
+        self._clock(t0)
         metrics = {
             "replay_hit_rate": hit.astype(np.float32),
             "replay_items_down": down, "replay_items_up": up,
             "replay_bytes_moved": (down + up) * self.item_bytes,
-            "replay_move_seconds": np.full(S, seconds, np.float32),
-            "replay_move_seconds_total": np.full(S, self.seconds, np.float32),
             "replay_device_items": (dev_uid >= 0).sum(1),
             "replay_host_items": host_n, "replay_disk_items": disk_n, "replay_dropped": dropped,
         }
         return state.replace(replay=new_replay), metrics
+
+    def _clock(self, t0: float) -> None:
+        self.last_seconds = time.perf_counter() - t0
+        self.seconds += self.last_seconds
+
+    def timing(self) -> dict[str, float]:
+        """Wall-clock seconds of the last sync and of all syncs of this process: not metrics
+        (they differ from run to run), kept by the run directory in timing.jsonl."""
+        return {"replay_move_seconds": self.last_seconds, "replay_move_seconds_total": self.seconds}
 
     def _host_seq(self, s: int, rows: np.ndarray) -> np.ndarray:
         """Sequence numbers of the items at host rows of seed s."""
@@ -410,84 +447,187 @@ class Levels:
         return newest - ((newest - rows) % max(self.disk_capacity, 1))
 
     # -- checkpoints ----------------------------------------------------------------------------
-    def save(self, directory, iteration: int) -> None:
-        """The levels as they are now, as `directory/<iteration>.npz` (+ disk segments)."""
-        directory = Path(directory)
-        (directory / "segments").mkdir(parents=True, exist_ok=True)
+    def save(self, directory, iteration: int) -> str:
+        """The levels as they are now, as `directory/<iteration>.npz` (+ disk segments); returns
+        the level file's checksum (for the checkpoint to name)."""
+        directory = safefs.make_dir(Path(directory))
+        segments = safefs.make_dir(directory / "segments")
         manifest = []
         for start in range(0, self.disk_capacity, SEGMENT_ROWS):
             part = [np.ascontiguousarray(d[:, start:start + SEGMENT_ROWS]) for d in self.disk]
             digest = _digest(part)
-            path = directory / "segments" / f"{digest}.npz"
-            if not path.exists():
+            path = segments / f"{digest}.npz"
+            if not os.path.lexists(path):
                 _save_npz(path, {f"leaf{i}": x for i, x in enumerate(part)})
             manifest.append(digest)
         arrays = {f"host{i}": h for i, h in enumerate(self.host or [])}
         meta = {"syncs": self.syncs, "segments": manifest, "priority": self.priority_text,
                 "host_capacity": self.host_capacity, "disk_capacity": self.disk_capacity, "allocated": self.fields is not None}
-        _save_npz(directory / f"{iteration}.npz", {**arrays, "seq": self.seq, "host_td": self.host_td,
-                                                   "disk_td": self.disk_td, "meta": np.array(json.dumps(meta))})
+        arrays = {**arrays, "seq": self.seq, "host_td": self.host_td, "disk_td": self.disk_td,
+                  "meta": np.array(json.dumps(meta))}
+        _save_npz(directory / f"{iteration}.npz", arrays)
+        return _level_digest(arrays)
 
     def prune(self, directory, keep: list[int]) -> None:
-        """Remove saved levels (and segments) that no kept checkpoint iteration refers to."""
-        directory = Path(directory)
+        """Remove saved levels (and segments) that no kept checkpoint iteration refers to, and
+        temporary files a killed write left; only regular files of those names are removed."""
+        directory = safefs.make_dir(Path(directory))
         used = set()
-        for f in directory.glob("*.npz"):
-            step = int(f.stem)
-            if step not in keep:
-                f.unlink()
+        for f in sorted(directory.iterdir()):
+            if _LEFTOVER.fullmatch(f.name):
+                safefs.remove_file(f)
+            if not _LEVEL_FILE.fullmatch(f.name) or f.is_symlink():
                 continue
-            with np.load(f) as z:
-                used.update(json.loads(str(z["meta"]))["segments"])
-        for f in (directory / "segments").glob("*.npz"):
-            if f.stem not in used:
-                f.unlink()
+            if int(f.stem) not in keep:
+                safefs.remove_file(f)
+                continue
+            try:
+                used.update(_load_npz(f, ("meta",))[1]["segments"])
+            except (LevelsError, KeyError, TypeError):
+                pass  # damaged: a resume reports it (and falls back); its segments may go
+        segments = directory / "segments"
+        if not segments.is_dir() or segments.is_symlink():
+            return
+        for f in sorted(segments.iterdir()):
+            if _LEFTOVER.fullmatch(f.name) or (_SEGMENT_FILE.fullmatch(f.name) and f.name[:-4] not in used):
+                safefs.remove_file(f)
 
-    def restore(self, directory, iteration: int, like_state) -> None:
-        """The levels as saved at `iteration`; every disk segment's checksum is checked."""
+    def restore(self, directory, iteration: int, like_state, digest: str | None = None) -> None:
+        """The levels as saved at `iteration`; the level file's checksum (`digest`, as the
+        checkpoint names it; None: a checkpoint from before level checksums) and every disk
+        segment's are checked. `LevelsError` names a missing or damaged file."""
         path = Path(directory) / f"{iteration}.npz"
-        if not path.exists():
-            raise FileNotFoundError(f"{path}: the replay's host and disk levels saved with the checkpoint at "
-                                    f"iteration {iteration} are missing, so the run cannot go on exactly")
-        with np.load(path) as z:
-            meta = json.loads(str(z["meta"]))
+        if not os.path.lexists(path):
+            raise LevelsError(f"{path}: the replay's host and disk levels saved with the checkpoint at iteration "
+                              f"{iteration} are missing")
+        arrays, meta = _load_npz(path, None)
+        if digest is not None and _level_digest(arrays) != digest:
+            raise LevelsError(f"{path}: its content does not match the checksum its checkpoint holds (the file was "
+                              f"changed or damaged)")
+        try:
             if (meta["host_capacity"], meta["disk_capacity"]) != (self.host_capacity, self.disk_capacity):
-                raise ValueError(f"{path}: saved with host/disk capacities {meta['host_capacity']}/"
-                                 f"{meta['disk_capacity']}, the config asks for {self.host_capacity}/{self.disk_capacity}")
-            self.syncs = meta["syncs"]
-            self.seq, self.host_td, self.disk_td = z["seq"].copy(), z["host_td"].copy(), z["disk_td"].copy()
-            if not meta["allocated"]:
-                return
-            self._allocate(jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), like_state.replay.outbox["item"]))
-            for i, h in enumerate(self.host):
-                h[...] = z[f"host{i}"]
-        for n, digest in enumerate(meta["segments"]):
-            seg = Path(directory) / "segments" / f"{digest}.npz"
-            if not seg.exists():
-                raise FileNotFoundError(f"{seg}: a disk segment of the replay saved at iteration {iteration} is missing")
-            with np.load(seg) as z:
-                part = [z[f"leaf{i}"] for i in range(len(self.disk))]
-            if _digest(part) != digest:
-                raise ValueError(f"{seg}: its content does not match its checksum (the file was changed or damaged)")
+                raise LevelsError(f"{path}: saved with host/disk capacities {meta['host_capacity']}/"
+                                  f"{meta['disk_capacity']}, the config asks for {self.host_capacity}/{self.disk_capacity}")
+            shapes = {"seq": (self.seeds,), "host_td": (self.seeds, self.host_capacity),
+                      "disk_td": (self.seeds, self.disk_capacity)}
+            for k, shape in shapes.items():
+                if arrays[k].shape != shape:
+                    raise LevelsError(f"{path}: '{k}' is {list(arrays[k].shape)}, this run's is {list(shape)}")
+            syncs, segments, allocated = int(meta["syncs"]), [str(x) for x in meta["segments"]], bool(meta["allocated"])
+        except (KeyError, TypeError, ValueError) as e:
+            if isinstance(e, LevelsError):
+                raise
+            raise LevelsError(f"{path}: not a level file of this run ({type(e).__name__}: {e})") from None
+        self.syncs = syncs
+        self.seq, self.host_td, self.disk_td = (arrays["seq"].astype(np.int64), arrays["host_td"].astype(np.float32),
+                                                arrays["disk_td"].astype(np.float32))
+        if not allocated:
+            return
+        self._allocate(jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), like_state.replay.outbox["item"]))
+        for i, h in enumerate(self.host):
+            saved = arrays.get(f"host{i}")
+            if saved is None or saved.shape != h.shape or saved.dtype != h.dtype:
+                raise LevelsError(f"{path}: host level {i} is missing or shaped unlike this run's")
+            h[...] = saved
+        if len(segments) != len(range(0, self.disk_capacity, SEGMENT_ROWS)):
+            raise LevelsError(f"{path}: names {len(segments)} disk segments, this run's disk level has "
+                              f"{len(range(0, self.disk_capacity, SEGMENT_ROWS))}")
+        for n, digest_n in enumerate(segments):
+            seg = Path(directory) / "segments" / f"{digest_n}.npz"
+            if not _SEGMENT_FILE.fullmatch(seg.name):
+                raise LevelsError(f"{path}: names a segment {digest_n[:40]!r}, which is not a checksum")
+            if not os.path.lexists(seg):
+                raise LevelsError(f"{seg}: a disk segment of the replay saved at iteration {iteration} is missing")
+            part_arrays, _ = _load_npz(seg, None, meta_key=None)
+            part = [part_arrays.get(f"leaf{i}") for i in range(len(self.disk))]
+            if any(x is None for x in part) or _digest(part) != digest_n:
+                raise LevelsError(f"{seg}: its content does not match its checksum (the file was changed or damaged)")
             for d, x in zip(self.disk, part):
                 d[:, n * SEGMENT_ROWS:n * SEGMENT_ROWS + x.shape[1]] = x
+
+
+def _claim(disk_dir: Path):
+    """Lock `disk_dir` for this run (made if missing, refused if it is or holds a link): a second
+    run naming the same directory would overwrite the first one's disk level."""
+    try:
+        safefs.make_dir(disk_dir, parents=True)
+    except safefs.UnsafePathError as e:
+        raise ConfigError(f"agent.disk_dir: {disk_dir} {e.strerror}") from None
+    links = safefs.find_links(disk_dir)
+    if links:
+        raise ConfigError(f"agent.disk_dir: {disk_dir} holds symbolic link(s) ({', '.join(map(str, links))}); the disk "
+                          f"level is written only into files of its own: remove them")
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock
+        return None
+    try:
+        f = safefs.open_lock_file(disk_dir / ".lock")
+    except safefs.UnsafePathError as e:
+        raise ConfigError(f"agent.disk_dir: {disk_dir / '.lock'} {e.strerror}") from None
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.seek(0)
+        holder = f.read().strip()[:20] or "unknown"
+        f.close()
+        raise ConfigError(f"agent.disk_dir: {disk_dir} holds the disk level of another running run (pid {holder}); "
+                          f"give each run its own agent.disk_dir (or '' for its run directory's replay_disk/)") from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    return f
 
 
 def _digest(parts: list[np.ndarray]) -> str:
     h = hashlib.sha256()
     for x in parts:
         h.update(str((x.shape, x.dtype.str)).encode())
-        h.update(memoryview(np.ascontiguousarray(x)).cast("B"))
+        h.update(np.ascontiguousarray(x).reshape(-1).view(np.uint8))
     return h.hexdigest()[:32]
 
 
+def _level_digest(arrays: dict) -> str:
+    """The checksum of a level file's arrays (names, shapes, dtypes, bytes), in name order."""
+    names = sorted(arrays)
+    return _digest([np.asarray(names)] + [np.asarray(arrays[k]) for k in names])
+
+
 def _save_npz(path: Path, arrays: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+    with safefs.atomic_file(path) as f:  # a fresh temporary file renamed into place, no link followed
         np.savez(f, **arrays)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+
+
+MAX_LEVEL_MEMBERS = 4096
+
+
+def _load_npz(path: Path, names, meta_key: str | None = "meta") -> tuple[dict, dict]:
+    """The arrays of the level or segment file `path` (only `names` if given), read without
+    following a link and without pickles, and its `meta` JSON; `LevelsError` if it is missing,
+    a link, or not a readable .npz."""
+    import zipfile
+
+    try:
+        with safefs.open_regular(path, "rb") as f, np.load(f, allow_pickle=False) as z:
+            if len(z.files) > MAX_LEVEL_MEMBERS:
+                raise LevelsError(f"{path}: holds {len(z.files)} arrays; not a level file")
+            arrays = {k: z[k] for k in (z.files if names is None else names)}
+            for k, v in arrays.items():
+                if v.dtype.kind not in "biufU":
+                    raise LevelsError(f"{path}: '{k}' holds {v.dtype} values; not a level file")
+        meta = {} if meta_key is None else json.loads(str(arrays[meta_key]))
+        if meta_key is not None and not isinstance(meta, dict):
+            raise LevelsError(f"{path}: its meta is not a JSON object")
+        return arrays, meta
+    except LevelsError:
+        raise
+    except FileNotFoundError:
+        raise LevelsError(f"{path}: missing") from None
+    except (OSError, ValueError, KeyError, EOFError, RecursionError, zipfile.BadZipFile) as e:
+        text = str(e).strip().splitlines()
+        raise LevelsError(f"{path}: damaged or not a level file ({type(e).__name__}: "
+                          f"{text[0][:160] if text else ''})") from None
 
 
 _apply_refresh_jit = jax.jit(_apply_refresh, donate_argnums=0)

@@ -296,8 +296,7 @@ class PrefetchLevels(Levels):
             fallback=np.zeros(S, np.int32))
         new = jax.device_put(new)
         self.syncs += 1
-        seconds = time.perf_counter() - t0
-        self.seconds += seconds
+        self._clock(t0)
         draws = got["draws"].astype(np.int64)
         misses = got["overrun"].astype(np.int64) + got["fallback"]
         hit = np.where(draws > 0, 1.0 - misses / np.maximum(draws, 1), 1.0)
@@ -305,8 +304,6 @@ class PrefetchLevels(Levels):
             "replay_hit_rate": hit.astype(np.float32),
             "replay_items_down": down, "replay_items_up": count.astype(np.int64),
             "replay_bytes_moved": (down + count) * self.item_bytes,
-            "replay_move_seconds": np.full(S, seconds, np.float32),
-            "replay_move_seconds_total": np.full(S, self.seconds, np.float32),
             "replay_device_items": count.astype(np.int64),
             "replay_host_items": host_n, "replay_disk_items": disk_n, "replay_dropped": dropped,
             "prefetch_overrun": got["overrun"].astype(np.int64), "prefetch_fallback": got["fallback"].astype(np.int64),

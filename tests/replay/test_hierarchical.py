@@ -182,8 +182,10 @@ def test_a_killed_hierarchical_run_resumes_exactly_with_host_and_disk_levels(tmp
         arrays = {k: z[k].copy() for k in z}
     arrays["leaf0"].flat[0] += 1
     np.savez(path, **arrays)
-    with pytest.raises(ValueError, match="checksum"):
-        rmtjax.train(None, resume=broken)
+    from rmtjax.checkpoint import CheckpointError
+
+    with pytest.raises(CheckpointError, match=rf"{path.name}: its content does not match its checksum"):
+        rmtjax.train(None, resume=broken)  # the only checkpoint: no earlier one to fall back to
 
 
 def test_the_device_level_is_the_configured_share_and_the_rest_is_checked():

@@ -35,6 +35,7 @@ import jax
 import numpy as np
 
 import rmtjax
+from rmtjax.replay import hier_options
 from benchmarks.common import RESULTS, write_table
 from benchmarks.curves import late_mean
 from benchmarks.stats import iqm_ci
@@ -92,7 +93,7 @@ def main(argv=None):
         late = m["env_steps"][0] > args.steps * 0.9
         if variant == "hierarchical":
             agent_cfg = cfg.agent
-            dev, host, disk = agent_cfg.level_capacities()
+            dev, host, disk = hier_options.capacities(agent_cfg)
             item = float(m["replay_bytes_moved"][0, 0]) / max(float(m["replay_items_down"][0, 0] + m["replay_items_up"][0, 0]), 1)
             hit = float(np.mean(m["replay_hit_rate"][:, late]))
             move_s = float(r.timing["replay_move_seconds_total"])

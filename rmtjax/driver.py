@@ -541,6 +541,16 @@ def load_policy(run_dir, seed: int = 0) -> Callable:
     return load_run(run_dir).policy(seed)
 
 
+def _without_demonstrations(config: Config) -> Config:
+    """`config` with its agent's demonstrations (a file read when training starts) left out: they
+    are constants of the training program, never part of its state, so a saved run is read, acted
+    and evaluated without the file."""
+    if not getattr(config.agent, "demonstrations", ""):
+        return config
+    agent = dataclasses.replace(config.agent, demonstrations="", demo_pretrain=0)
+    return dataclasses.replace(config, agent=agent)
+
+
 def load_run(run_dir) -> TrainResult:
     """The state and metrics of the newest usable checkpoint in `run_dir` (the final one for
     a finished run), as a `TrainResult`. Damaged checkpoints are skipped with a warning;
@@ -551,7 +561,7 @@ def load_run(run_dir) -> TrainResult:
     cache.enable()
     run = RunDir.open(run_dir)
     config = run.config
-    program = Program(config)
+    program = Program(_without_demonstrations(config))  # acting needs none; the run's state holds none
     like = program.initial_state(jax.random.split(run.key, config.train.num_seeds))
     snap = run.restore(like, set_aside=False)
     if snap is None:

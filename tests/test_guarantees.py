@@ -591,21 +591,17 @@ def test_checking_a_demonstration_source_touches_no_file(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-NEEDS_33 = pytest.mark.xfail(strict=False, reason="needs the issue-33 change to agents/rmt.py: demonstrations "
-                                                  "read when training starts, not when a config is built")
 DEMO_RUN = {"train.total_steps": 256, "train.num_chunks": 1, "train.progress": False, "env.num_envs": 4,
             "agent.rollout_len": 4, "agent.updates_per_step": 0.25, "agent.batch_size": 16, "agent.buffer_size": 128,
             "agent.learning_starts": 64, "agent.hidden": [8]}
 
 
-@NEEDS_33
 def test_reading_a_config_that_names_demonstrations_does_not_read_them(tmp_path):
     path = tmp_path / "cfg.yaml"
     path.write_text(f"algo: rmt\nenv: {{id: CartPole-v1}}\nagent: {{demonstrations: {tmp_path / 'absent.npz'}}}\n")
     assert load_config(path).agent.demonstrations == str(tmp_path / "absent.npz")  # no file is opened
 
 
-@NEEDS_33
 def test_evaluating_a_run_trained_on_demonstrations_needs_no_demonstration_file(tmp_path, capsys):
     from rmtjax.replay import demonstrations as demo_io
 

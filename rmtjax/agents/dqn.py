@@ -87,9 +87,7 @@ class DQNConfig(Section):
             raise ConfigError(f"algo: dqn needs discrete actions; {env.id}'s are continuous (use rmt, which bins "
                               f"them, or sac)")
         if self.torso in RNN_TORSOS:
-            from rmtjax.agents.r2d2 import check_recurrent
-
-            check_recurrent(self, env)
+            qlearn.check_recurrent(self, env)
         check_image_torso(self.torso, spec.obs_shape, env.id)
 
 

@@ -13,6 +13,8 @@ import numpy as np
 import optax
 from flax import struct
 
+from rmtjax.schema import ConfigError
+
 # RMSProp as the MinAtar paper's DQN ran it (PyTorch's centered RMSprop, eps added outside the root)
 RMSPROP = {"decay": 0.95, "eps": 0.01, "centered": True, "eps_in_sqrt": False}
 
@@ -136,3 +138,25 @@ def nearest_bins(actions: np.ndarray, values: np.ndarray) -> np.ndarray:
     """Env actions [B, *shape] -> the nearest bin of each dimension [B, D] (int32)."""
     flat = actions.reshape(actions.shape[0], -1)
     return np.abs(flat[:, :, None] - values[None]).argmin(-1).astype(np.int32)
+
+
+def check_recurrent(c, env) -> None:
+    """What a recurrent torso needs of the agent section `c` (RMT's or DQN's): whole sequences in a
+    uniform replay, one-step targets, no demonstrations, sequences that hold an iteration."""
+    why = f"with agent.torso: {c.torso} (sequences of seq_len steps are stored whole"
+    if getattr(c, "replay", "uniform") != "uniform":
+        raise ConfigError(f"agent.replay: {c.replay!r} {why}; tiered and prioritized replay rank single "
+                          f"transitions): set agent.replay: uniform")
+    if c.n_step != 1:
+        raise ConfigError(f"agent.n_step: {c.n_step} {why}, with one-step targets inside them): set agent.n_step: 1")
+    if getattr(c, "demonstrations", ""):
+        raise ConfigError(f"agent.demonstrations: not supported {why}; demonstrations are single transitions)")
+    if c.rollout_len > c.seq_len:
+        raise ConfigError(f"agent.seq_len: {c.seq_len} is shorter than agent.rollout_len {c.rollout_len} "
+                          f"{why}, one per env per iteration: every step must be in one)")
+    if c.burn_in >= c.seq_len:
+        raise ConfigError(f"agent.burn_in: {c.burn_in} leaves no step of agent.seq_len {c.seq_len} to learn from")
+    if c.buffer_size // c.seq_len < max(c.batch_size, env.num_envs):
+        raise ConfigError(f"agent.buffer_size: {c.buffer_size} holds {c.buffer_size // c.seq_len} sequences of "
+                          f"agent.seq_len {c.seq_len}; it must hold agent.batch_size ({c.batch_size} sequences) "
+                          f"and one iteration's {env.num_envs} (env.num_envs)")

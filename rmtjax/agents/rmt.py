@@ -41,7 +41,7 @@ from rmtjax.networks import TORSOS, PerDimQHead, QHead, QNetwork, make_torso, pe
 from rmtjax.networks.recurrent import RNN_TORSOS
 from rmtjax.precision import PrecisionState, ema, finite_abs, summarize
 from rmtjax.protocol import Categorical, Learner, Signals, hparam
-from rmtjax.replay import hier_options, make_replay, mixer
+from rmtjax.replay import demonstrations, hier_options, make_replay, mixer
 from rmtjax.replay.hier_options import HierOptions
 from rmtjax.replay.mixer import DemoMixer, DemoOptions, margin_loss
 from rmtjax.schema import ConfigError, Section, param
@@ -117,7 +117,7 @@ class RMTConfig(Section, HierOptions, DemoOptions):
             raise ConfigError(f"agent.demo_pretrain: {self.demo_pretrain} steps on demonstrations, but "
                               f"agent.demonstrations names none")
         if self.demonstrations:
-            mixer.check_source(self.demonstrations)  # its form only: the file is read when training starts
+            demonstrations.check_source(self.demonstrations)  # its form only: the file is read when training starts
 
     def validate_with(self, env, train):
         per_iter = env.num_envs * self.rollout_len
@@ -131,17 +131,16 @@ class RMTConfig(Section, HierOptions, DemoOptions):
         if self.replay == "hierarchical":
             hier_options.check(self, per_iter, updates_per_iteration(self, env))
         if self.torso in RNN_TORSOS:
-            from rmtjax.agents.r2d2 import check_recurrent
-
-            check_recurrent(self, env)
+            qlearn.check_recurrent(self, env)
         if self.torso in ("cnn", "nature_cnn"):
             from rmtjax.envs import env_spec
             from rmtjax.networks import check_image_torso
 
             check_image_torso(self.torso, env_spec(env).obs_shape, env.id)
-        if self.demonstrations and (env.normalize_obs or env.normalize_reward):
-            raise ConfigError("agent.demonstrations: env.normalize_obs / normalize_reward is on; demonstrations hold "
-                              "raw observations and rewards, which running statistics would not match")
+        for flag in ("normalize_obs", "normalize_reward"):
+            if self.demonstrations and getattr(env, flag):
+                raise ConfigError(f"agent.demonstrations: env.{flag} is on; demonstrations hold raw observations "
+                                  f"and rewards, which running statistics would not match")
 
 
 def updates_per_iteration(c, env) -> int:
@@ -223,8 +222,10 @@ class RMT(Agent):
                                  fractions=c.tier_fractions, proportions=c.tier_proportions, alpha=c.priority_alpha)
         if not c.demonstrations:
             return replay
-        raw = mixer.load_for(c.demonstrations, self.config.env, self.spec)  # training starts: read it now
-        return DemoMixer(replay, self._demo_transitions(raw), c, self.local_batch)
+        def load():  # when a training program is traced; an agent built only to act never reads the file
+            return self._demo_transitions(mixer.load_for(c.demonstrations, self.config.env, self.spec))
+
+        return DemoMixer(replay, load, c, self.local_batch)
 
     @classmethod
     def check_devices(cls, config, devices: int) -> None:

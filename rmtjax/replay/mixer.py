@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 
 import jax
 import jax.numpy as jnp
 from flax import struct
 
-from rmtjax.schema import ConfigError, param
+from rmtjax.schema import param
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,15 +45,26 @@ class MixedDraw:
 
 
 class DemoMixer:
-    """`inner` (a replay of `make_replay`) mixed with `demos` ({obs, action, rewards, steps,
-    boot_obs, terminated} [D, ...], the agent's transition layout). `sample` takes `progress`
-    (the share of training done) for the share in force."""
+    """`inner` (a replay of `make_replay`) mixed with the demonstrations `load()` returns ({obs,
+    action, rewards, steps, boot_obs, terminated} [D, ...], the agent's transition layout).
+    `sample` takes `progress` (the share of training done) for the share in force."""
 
-    def __init__(self, inner, demos: dict, opts: DemoOptions, batch_size: int):
-        self.inner, self.demos, self.opts, self.batch_size = inner, demos, opts, batch_size
+    def __init__(self, inner, load, opts: DemoOptions, batch_size: int):
+        self.inner, self._load, self._demos, self.opts, self.batch_size = inner, load, None, opts, batch_size
         self.needs_td = getattr(inner, "needs_td", False)
         self.max_rows = math.ceil(max(opts.demo_share, opts.demo_share_end) * batch_size)
-        self.count = jax.tree.leaves(demos)[0].shape[0]
+
+    @property
+    def demos(self) -> dict:
+        """The transitions, read by `load()` on first use: when a training program is traced, never
+        when an agent is only built to act."""
+        if self._demos is None:
+            self._demos = self._load()
+        return self._demos
+
+    @property
+    def count(self) -> int:
+        return jax.tree.leaves(self.demos)[0].shape[0]
 
     def rows(self, progress):
         """Minibatch rows drawn from the demonstrations at `progress` (int32)."""
@@ -106,6 +116,8 @@ class DemoMixer:
         return self.inner.buffer_stats(state)
 
     def __getattr__(self, name):  # the inner replay's own extras (refresh, levels)
+        if name == "inner":
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
 
@@ -116,21 +128,6 @@ def margin_loss(q_all, action, is_demo, margin: float):
     per = (q_all + margin * other).max(-1) - jnp.take_along_axis(q_all, action[..., None], axis=-1)[..., 0]
     per = per.mean(-1) if per.ndim == 2 else per
     return (per * is_demo).sum() / jnp.maximum(is_demo.sum(), 1)
-
-
-def check_source(text: str) -> None:
-    """The `ConfigError` for an `agent.demonstrations` value of the wrong form, read from the
-    text alone (no file is touched: the file is read when training starts)."""
-    from rmtjax.replay.demonstrations import MINARI
-
-    if text.startswith(MINARI):
-        parts = text[len(MINARI):].split("/")
-        if not all(re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", p) for p in parts):
-            raise ConfigError(f"agent.demonstrations: {text!r}: a Minari dataset id is a name such as "
-                              f"'minari:D4RL/door/human-v2' (letters, digits, _ . - between '/'; no '..', no "
-                              f"leading '.' or '/'), not a path")
-    elif not text.strip() or "\0" in text:
-        raise ConfigError(f"agent.demonstrations: {text!r} is not a path")
 
 
 def load_for(text: str, env_cfg, spec) -> dict:

@@ -50,30 +50,34 @@ def test_a_bad_demonstration_file_is_refused_naming_the_key_and_what_is_wrong(tm
         with np.load(path) as z:
             kept = {k: z[k] for k in z.files if k != "action"}
         np.savez(path, **kept)
+    cfg = _config(path)  # reading the config touches no file: the file is read when training starts
     with pytest.raises(ConfigError, match=rf"agent\.demonstrations: .*demos\.npz: .*{message}"):
-        _config(path)
+        build_agent(cfg).replay.demos  # read when training starts
 
 
 def test_a_missing_file_and_normalised_envs_are_refused(tmp_path):
     with pytest.raises(ConfigError, match="agent.demonstrations: .*nothere.npz: no such file"):
-        _config(tmp_path / "nothere.npz")
+        build_agent(_config(tmp_path / "nothere.npz")).replay.demos
     with pytest.raises(ConfigError, match="env.normalize_obs is on"):
         _config(_write(tmp_path / "d.npz"), **{"env.normalize_obs": True})
 
 
 def test_the_minibatch_takes_exactly_the_scheduled_rows_from_the_demonstrations(tmp_path):
-    agent = build_agent(_config(_write(tmp_path / "d.npz"), **{"agent.demo_share": 0.5}))
-    assert agent.max_demo_rows == 16
-    demos = agent.demos
-    batch = {k: jnp.zeros((32,) + v.shape[1:], v.dtype) for k, v in demos.items()}
-    weight = jnp.full((32,), 0.3)
-    for rows in (0, 5, 16):
-        mixed, w, is_demo = agent._mix_demos(demos, batch, weight, jnp.int32(rows), jax.random.key(rows))
+    agent = build_agent(_config(_write(tmp_path / "d.npz"), **{"agent.demo_share": 0.5, "agent.demo_share_end": 0.0,
+                                                                "agent.demo_decay_frac": 0.5,
+                                                                "agent.replay": "uniform"}))
+    mixer = agent.replay
+    assert mixer.max_rows == 16
+    example = jax.tree.map(lambda v: jnp.zeros(v.shape[1:], v.dtype), mixer.demos)
+    state = mixer.add(mixer.init(example), jax.tree.map(lambda v: jnp.zeros((32,) + v.shape[1:], v.dtype), mixer.demos))
+    for rows, progress in ((0, 0.5), (5, 0.5 * (1 - 5 / 16)), (16, 0.0)):
+        mixed, info = mixer.sample(state, jax.random.key(rows), 32, 0.4, progress=jnp.float32(progress))
+        is_demo, w = info.is_demo, info.weight
         assert int(is_demo.sum()) == rows
         obs = np.asarray(mixed["obs"])
         # demonstration rows hold demonstration obs (>= 1000), the others the replay's zeros
         assert (obs[np.asarray(is_demo)] >= 1000).all() and (obs[~np.asarray(is_demo)] == 0).all()
-        np.testing.assert_array_equal(np.asarray(w), np.where(np.asarray(is_demo), 1.0, 0.3).astype(np.float32))
+        np.testing.assert_array_equal(np.asarray(w), np.ones(32, np.float32))  # uniform rows weigh 1 too
         np.testing.assert_array_equal(np.asarray(mixed["steps"])[np.asarray(is_demo)], 1)
 
 
@@ -93,7 +97,7 @@ def test_training_draws_the_scheduled_share_and_decays_it(tmp_path):
     assert np.isfinite(np.asarray(result.metrics["loss"])).all()
 
 
-@pytest.mark.parametrize("kind", ["uniform", "tiered", "prioritized"])
+@pytest.mark.parametrize("kind", ["uniform", "tiered", "prioritized", "ranked"])
 def test_the_write_back_leaves_the_rows_it_is_told_to_keep_out(kind):
     replay = make_replay(kind, capacity=64)
     example = {"x": jnp.zeros((2,))}
@@ -104,25 +108,28 @@ def test_the_write_back_leaves_the_rows_it_is_told_to_keep_out(kind):
     update = jax.jit(replay.update)
     none_kept = update(state, info, new_td, jnp.zeros((16,), bool))
     for a, b in zip(jax.tree.leaves(none_kept), jax.tree.leaves(state)):
-        if kind != "tiered":  # the tiered buffer's thresholds track the batch even when no item is written
+        if kind not in ("tiered", "ranked"):  # ranked counts updates since its last re-ranking  # the tiered buffer's thresholds track the batch even when no item is written
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     if kind == "tiered":
         np.testing.assert_array_equal(np.asarray(none_kept.abs_td_error), np.asarray(state.abs_td_error))
         np.testing.assert_array_equal(np.asarray(none_kept.uid), np.asarray(state.uid))
     all_kept = update(state, info, new_td, jnp.ones((16,), bool))
-    stored = all_kept.abs_td_error if kind == "tiered" else all_kept.data["td"]
+    stored = {"tiered": lambda s: s.abs_td_error, "ranked": lambda s: s.td}.get(kind, lambda s: s.data["td"])(all_kept)
+    if kind == "ranked":
+        np.testing.assert_array_equal(np.asarray(none_kept.td), np.asarray(state.td))
     drawn = info.uid if kind == "tiered" else info.slot  # tiered items may move rows: count them by id
     assert int((np.asarray(stored) == 50.0).sum()) == len(set(np.asarray(drawn).tolist()))
 
 
 def test_the_margin_loss_is_zero_when_the_demonstrated_action_leads_by_the_margin(tmp_path):
-    agent = build_agent(_config(_write(tmp_path / "d.npz"), **{"agent.demo_margin": 1.0}))
+    from rmtjax.replay.mixer import margin_loss
+
     q_all = jnp.array([[2.0, 1.0], [2.0, 1.5], [0.0, 3.0]])
     action = jnp.array([0, 0, 0])
     is_demo = jnp.array([True, True, False])
     # row 0 leads by 1.0 >= 0.8: 0; row 1 leads by 0.5: 0.8 - 0.5 = 0.3; row 2 is not a demonstration
-    np.testing.assert_allclose(float(agent._margin(q_all, action, is_demo)), (0.0 + 0.3) / 2, rtol=1e-6)
-    np.testing.assert_allclose(float(agent._margin(q_all, action, jnp.zeros(3, bool))), 0.0)
+    np.testing.assert_allclose(float(margin_loss(q_all, action, is_demo, 0.8)), (0.0 + 0.3) / 2, rtol=1e-6)
+    np.testing.assert_allclose(float(margin_loss(q_all, action, jnp.zeros(3, bool), 0.8)), 0.0)
 
 
 def test_pretraining_on_demonstrations_imitates_them_before_the_first_env_step(tmp_path):

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rmtjax
+from rmtjax.replay import hier_options
 from rmtjax.config import ConfigError
 from rmtjax.replay import tiered
 from rmtjax.replay.hierarchical import HierarchicalReplay, Levels, priority_function
@@ -191,7 +192,7 @@ def test_a_killed_hierarchical_run_resumes_exactly_with_host_and_disk_levels(tmp
 def test_the_device_level_is_the_configured_share_and_the_rest_is_checked():
     cfg = small()
     agent_cfg = cfg.agent
-    assert agent_cfg.level_capacities() == (200, 400, 400)
+    assert hier_options.capacities(agent_cfg) == (200, 400, 400)
     with pytest.raises(ConfigError, match="one function"):
         rmtjax.make_train(cfg)
     with pytest.raises(ConfigError, match="less than one iteration"):

@@ -62,7 +62,7 @@ def test_training_takes_its_scheduled_share_from_a_minari_dataset(recorded, monk
         "agent.learning_starts": 256, "agent.hidden": [16, 16], "agent.demonstrations": f"minari:{DATASET}",
         "agent.demo_share": 0.25, "agent.demo_share_end": 0.25})
     agent = build_agent(cfg)
-    np.testing.assert_allclose(np.asarray(agent.demos["obs"])[: len(rows["obs"])], rows["obs"], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(agent.replay.demos["obs"])[: len(rows["obs"])], rows["obs"], rtol=1e-6)
     result = rmtjax.train(cfg, jax.random.key(0))
     share = np.asarray(result.metrics["demo_share"])[0]
     assert (share[agent.first_learning_iteration:] == 0.25).all()  # 8 of each minibatch's 32 rows
@@ -75,4 +75,4 @@ def test_a_dataset_that_is_not_here_or_does_not_fit_the_env_is_refused(recorded,
     with pytest.raises(ConfigError, match=r"minari:cartpole/nothere-v0: no such dataset .*minari download"):
         demo_io.from_minari("cartpole/nothere-v0")
     with pytest.raises(ConfigError, match=r"'obs' rows are \[4\], this env's observations are \[6\]"):
-        rmtjax.make_config("rmt", "Acrobot-v1", {"agent.demonstrations": f"minari:{DATASET}"})
+        build_agent(rmtjax.make_config("rmt", "Acrobot-v1", {"agent.demonstrations": f"minari:{DATASET}"})).replay.demos

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rmtjax
+from rmtjax.replay import hier_options
 from rmtjax.config import ConfigError
 from rmtjax.replay.prefetch import NO_TIER, PrefetchLevels, PrefetchReplay, tier_counts
 from tests.helpers import assert_same_run, cut_after_first_checkpoint
@@ -187,7 +188,7 @@ def test_a_killed_prefetching_run_resumes_exactly(tmp_path):
 
 
 def test_the_staging_area_must_fit_the_device_level():
-    assert small().agent.stage_size(small().env) == 160
+    assert hier_options.stage_size(small().agent, 2) == 160  # 5 iterations × 2 updates × 16
     with pytest.raises(ConfigError, match=r"prefetch stages agent.sync_every=10 .* 400 items; the device level .* is 200"):
         small(**{"agent.sync_every": 10})
     small(**{"agent.sync_every": 10, "agent.device_fraction": 0.5})

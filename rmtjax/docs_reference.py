@@ -14,6 +14,7 @@ The docs site builds it on the fly: `docs/hooks.py` (named in mkdocs.yml) adds t
 from __future__ import annotations
 
 import dataclasses
+import html
 import sys
 import typing
 
@@ -38,15 +39,14 @@ def sections() -> list[tuple[str, type]]:
 
 
 def _cell(text) -> str:
-    """Text fit for one cell of a Markdown table (pipes escaped, one line)."""
-    return " ".join(str(text).split()).replace("|", "\\|")
+    """Text fit for one cell of a Markdown table: one line, pipes escaped, and `<`, `>`, `&` as
+    entities (a doc's `minari:<dataset_id>` would otherwise be read as an HTML tag)."""
+    return html.escape(" ".join(str(text).split()), quote=False).replace("|", "\\|")
 
 
 def _code(value) -> str:
-    text = repr(value)
-    # a backtick inside the value would end the code span early: fall back to a longer fence
-    fence = "``" if "`" in text else "`"
-    return f"{fence}{_cell(text)}{fence}"
+    """A value as code in a table cell: HTML, since a Markdown code span would show `\\|` as is."""
+    return "<code>" + html.escape(repr(value), quote=False).replace("|", "&#124;") + "</code>"
 
 
 def _summary(cls: type) -> str:

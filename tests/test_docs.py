@@ -100,9 +100,13 @@ def test_the_config_reference_lists_every_section_and_field_with_its_doc():
         for f in dataclasses.fields(cls):
             row = next((line for line in body.splitlines() if line.startswith(f"| `{section}.{f.name}` |")), None)
             assert row is not None, f"{title}: no row for {f.name}"
-            doc = " ".join(f.metadata.get("doc", "").split()).replace("|", "\\|")
+            doc = " ".join(f.metadata.get("doc", "").split())
+            doc = doc.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
             assert row.endswith(f"| {doc} |"), row
-    assert "| `env.num_envs` | int | `4` | [1, 2147483647] | environments stepped in parallel per seed |" in page
+    assert "| `env.num_envs` | int | <code>4</code> | [1, 2147483647] | environments stepped in parallel per seed |" in page
+    # a value holding a pipe stays in its cell; a doc's <placeholder> is text, not an HTML tag
+    assert "| `agent.priority` | str | <code>'&#124;td&#124;^0.6 + 0.01'</code> |" in page
+    assert "minari:&lt;dataset_id&gt;" in page
     assert len(re.findall(r"^\| `env\.", page, flags=re.M)) == len(dataclasses.fields(EnvConfig))
     assert len(re.findall(r"^\| `agent\.", page.split("## agent (rmt)")[1].split("\n## ")[0], flags=re.M)) == \
         len(dataclasses.fields(agent_config_class("rmt")))
@@ -134,5 +138,6 @@ def test_the_docs_site_builds_strictly(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     reference = (tmp_path / "site" / "reference" / "config" / "index.html").read_text(encoding="utf-8")
     assert "env.num_envs" in reference and "environments stepped in parallel per seed" in reference
+    assert "<code>'&#124;td&#124;^0.6 + 0.01'</code>" in reference and "minari:&lt;dataset_id&gt;" in reference
     changelog = (tmp_path / "site" / "changelog" / "index.html").read_text(encoding="utf-8")
     assert "Changelog" in changelog and "breaking" in changelog

@@ -39,7 +39,7 @@ class EnvConfig(Section):
     params: dict = param({}, doc="the environment's own parameters: gymnax EnvParams overrides; for "
                                  "gymnasium: ids, keyword arguments of gymnasium.make; for brax: ids, "
                                  "max_steps_in_episode and keyword arguments of brax.envs.get_environment; "
-                                 "for the other suites see the README's section on each")
+                                 "for the other suites see the Environments guide (docs/guides/environments.md)")
     host_vectorization: str = param("sync", choices=("sync", "async"),
                                     doc="gymnasium: and atari: ids only: step the host envs in this process (sync) or "
                                         "in worker processes (async)")

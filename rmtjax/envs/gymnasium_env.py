@@ -20,7 +20,7 @@ What differs from a JAX environment, and what this adapter does about it:
   run that resets the same host env while another run is still using it.
 - **Cost.** Every step leaves the compiled program, copies observations to the host and back,
   and steps the environments one by one in Python: far slower than a native JAX env (see
-  README for numbers). Use it for environments that exist only in gymnasium.
+  docs/guides/environments.md for numbers). Use it for environments that exist only in gymnasium.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ sequence or at its start.
 The torso is dense layers of widths `hidden` (applied to every step at once), then one LSTM or
 GRU cell of width `width` scanned over time (`flax.linen.scan`). The cells' recurrent kernels
 use rmtjax's orthogonal initialiser (`rmtjax.networks.init`), not flax's default, which runs a
-batched LAPACK QR under `vmap` (see README: the jax CPU deadlock).
+batched LAPACK QR under `vmap` (see docs/guides/compile-cache.md: the jax CPU deadlock).
 
 The carry is float32 whatever the compute dtype (its leaves: [B, width]; LSTM's is the pair
 (c, h)), so a bf16 step and an fp32 step hand each other the same carry.

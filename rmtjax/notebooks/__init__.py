@@ -1,6 +1,6 @@
 """The example notebooks, shipped with the package: `rmtjax notebooks DEST` copies them out.
 
-`01_quickstart.ipynb`, `02_sweeps.ipynb`, `03_inside_rmt.ipynb` (see README, "Notebooks").
+`01_quickstart.ipynb`, `02_sweeps.ipynb`, `03_inside_rmt.ipynb` (see docs/guides/notebooks.md).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 This is `agent.hier_sampling: cache`. The default sampler, `prefetch` (`rmtjax.replay.prefetch`),
 keeps these host and disk levels (`Levels`) but draws over the whole capacity and stages the
-draws on the device; it learnt far better at the same device budget (README, "Replay beyond
-device memory").
+draws on the device; it learnt far better at the same device budget (docs/guides/replay.md,
+"Replay beyond device memory").
 
 The compiled loop reads device memory only. Inside it, `HierarchicalReplay` is the tiered buffer
 (`rmtjax.replay.tiered`, hot/warm/cold keyed on |TD error|) of `device_fraction` of the capacity,

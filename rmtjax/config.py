@@ -85,6 +85,12 @@ class TrainConfig(Section):
     wandb_mode: str = param("auto", choices=("auto", "online", "offline"),
                             doc="with train.wandb: offline writes the W&B run to disk only (no network; wandb "
                                 "sync uploads it later), online streams it, auto leaves it to wandb (WANDB_MODE)")
+    eval_every: int = param(0, lo=0, doc="every N iterations (and after the last) play train.eval_episodes greedy "
+                                         "episodes per seed inside the compiled loop: metrics eval_return and "
+                                         "eval_length (NaN between evaluations), each seed's best parameters kept "
+                                         "(load_policy(run, which='best')); 0: off")
+    eval_episodes: int = param(10, lo=1, hi=100_000, doc="with train.eval_every: greedy episodes per seed at each "
+                                                          "evaluation (played side by side on their own envs)")
 
 
 # Fields that only say how a run is watched or saved, not what it computes: a run may be

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping
 import jax
 import numpy as np
 
-from rmtjax import cache, distributed, health, limits, loggers, transfer
+from rmtjax import cache, distributed, evaluation, health, limits, loggers, transfer
 from rmtjax.agents import build_agent
 from rmtjax.config import Config, ConfigError
 from rmtjax.envs import final_return
@@ -51,9 +51,24 @@ class TrainResult:
         """Environment steps per seed."""
         return int(self.metrics["env_steps"][0, -1])
 
-    def policy(self, seed: int = 0) -> Callable:
-        """Seed `seed`'s greedy policy as a jitted function `obs -> action` (`make_policy`)."""
-        return make_policy(self.config, self.state, seed)
+    def policy(self, seed: int = 0, which: str = "last") -> Callable:
+        """Seed `seed`'s greedy policy as a jitted function `obs -> action` (`make_policy`);
+        `which="best"`: its parameters of its best periodic evaluation (`train.eval_every`)."""
+        return make_policy(self.config, _which_state(self.state, which), seed)
+
+    @property
+    def eval_return(self) -> np.ndarray | None:
+        """`[num_seeds, evaluations]`: the mean greedy return of each periodic evaluation
+        (`train.eval_every`; None without), and `eval_iterations` the iterations they followed."""
+        if "eval_return" not in self.metrics:
+            return None
+        return self.metrics["eval_return"][:, self.eval_iterations - 1]
+
+    @property
+    def eval_iterations(self) -> np.ndarray | None:
+        if "eval_return" not in self.metrics:
+            return None
+        return np.flatnonzero(np.isfinite(self.metrics["eval_return"]).any(axis=0)) + 1
 
     def summary(self) -> str:
         fr = self.final_return
@@ -174,6 +189,8 @@ class Program:
         vstep = jax.vmap(distributed.reduced_step(config, agent.step), in_axes=(0, None))
         vinit, vstep = transfer.compose(config, agent, vinit, vstep, source)
         self.init, self.step = meta_controller.compose(config, agent, vinit, vstep)
+        if evaluation.is_active(config):  # periodic greedy evaluation, outermost (rmtjax.evaluation)
+            self.init, self.step = evaluation.compose(config, agent, self.init, self.step)
         self.sharded = distributed.sharded_run(config)
 
     @property
@@ -235,10 +252,11 @@ def make_train(config: Config, init_from=None) -> Callable:
     return program.whole()
 
 
-def train(config: Config | None, key: jax.Array | None = None, *, hparams: Mapping[str, Any] | None = None,
+def train(config: Config | None, key: "jax.Array | int | None" = None, *, hparams: Mapping[str, Any] | None = None,
           progress: bool | None = None, on_chunk: Callable | None = None, run_dir=None,
           resume=None, init_from=None, _sweep: dict | None = None) -> TrainResult:
-    """Train `config.train.num_seeds` seeds side by side from `key`.
+    """Train `config.train.num_seeds` seeds side by side from `key` (a PRNG key, an integer
+    seed, or None: `train.seed`).
 
     `run_dir`: write the run there (config.yaml, metrics.jsonl/.csv, checkpoints every
     `train.checkpoint_every` chunks, summary.json; see `rmtjax.rundir`). `resume`: continue
@@ -254,6 +272,7 @@ def train(config: Config | None, key: jax.Array | None = None, *, hparams: Mappi
     `init_from` (given, it must name the same source).
     (`_sweep` is `rmtjax.sweep`'s: the grid a sweep's run directory records.)
     """
+    key = _train_key(config, key, resume)
     if config is not None:
         distributed.initialize(config)  # a multi-host run joins its processes first
         loggers.check_wandb(config)
@@ -298,6 +317,21 @@ def train(config: Config | None, key: jax.Array | None = None, *, hparams: Mappi
             logger.close()
         if run is not None:
             run.close()
+
+
+def _train_key(config, key, resume):
+    """`train`'s key: a PRNG key as given, an int made into one, and None `train.seed`'s (a
+    resumed run's None stays None: the run's own key)."""
+    if key is None:
+        return None if resume is not None or config is None else jax.random.key(config.train.seed)
+    if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+        if not 0 <= int(key) <= 2**31 - 1:
+            raise ConfigError(f"key: an integer seed must be in [0, {2**31 - 1}], got {key}")
+        return jax.random.key(int(key))
+    if not hasattr(key, "dtype"):
+        raise ConfigError(f"key: expected a PRNG key (jax.random.key(0)), an integer seed or None "
+                          f"(train.seed), got {type(key).__name__}")
+    return key
 
 
 def config_cells(sweep_info: dict) -> list[dict]:
@@ -508,9 +542,30 @@ class RecurrentPolicy:
         return (action[0] if single else action), carry
 
 
-def load_policy(run_dir, seed: int = 0) -> Callable:
-    """`load_run(run_dir).policy(seed)`: a saved run's greedy policy as a jitted `obs -> action`."""
-    return load_run(run_dir).policy(seed)
+def load_policy(source, seed: int = 0, which: str = "last") -> Callable:
+    """A saved greedy policy as a jitted `obs -> action`: `source` is a run directory
+    (`load_run(source).policy(seed, which)`; `which="best"` takes the parameters of the seed's
+    best periodic evaluation, `train.eval_every`) or a single policy file written by
+    `export_policy` / `rmtjax export` (its own seed and parameters; `seed` and `which` were
+    chosen when it was written)."""
+    _check_which(which)
+    if isinstance(source, (str, os.PathLike)) and Path(source).is_file():
+        from rmtjax import policyfile
+
+        config, params, stats = policyfile.read(source)
+        return make_policy(config, policyfile.as_state(params, stats), 0)
+    return load_run(source).policy(seed, which)
+
+
+def _check_which(which) -> None:
+    if which not in ("last", "best"):
+        raise ConfigError(f"which: expected 'last' (the parameters at the end) or 'best' (those of the best periodic "
+                          f"evaluation, train.eval_every), got {which!r}")
+
+
+def _which_state(state, which: str):
+    _check_which(which)
+    return evaluation.best_state(state) if which == "best" else state
 
 
 def load_run(run_dir) -> TrainResult:
@@ -593,41 +648,7 @@ def evaluate(source, episodes: int = 10, key: jax.Array | None = None, *, max_st
     limit = max_steps if max_steps is not None else (env.spec.max_episode_steps or 100_000)
     key = jax.random.key(0) if key is None else key
 
-    def start(obs_stats, key):
-        key, k_reset = jax.random.split(key)
-        obs, env_state = env.reset(k_reset, obs_stats=obs_stats)
-        zeros = jax.numpy.zeros(episodes, jax.numpy.float32)
-        return (obs, env_state, key, zeros, zeros.astype(jax.numpy.int32), zeros.astype(bool),
-                agent.initial_carry(episodes), jax.numpy.ones(episodes, bool))
-
-    def step_seed(params, c):
-        obs, env_state, key, returns, lengths, finished, carry, reset = c
-        key, k_act, k_env = jax.random.split(key, 3)
-        action, carry = agent.act_step(params, carry, obs, reset, k_act)  # a recurrent agent's memory in `carry`
-        obs, env_state, _, _, _, info = env.step(k_env, env_state, action, frozen=True)
-        reset = info["done"]
-        # each env's first episode counts: its statistics the moment it ends
-        first = (env_state.episodes_done > 0) & ~finished
-        returns = jax.numpy.where(first, env_state.last_return, returns)
-        lengths = jax.numpy.where(first, env_state.last_length, lengths)
-        return obs, env_state, key, returns, lengths, finished | first, carry, reset
-
-    def run(params, obs_stats, keys):
-        # the loop is over all seeds (one step of every seed per turn, until every seed's episodes
-        # have ended): a loop condition batched over seeds cannot hold a host env's callbacks
-        def running(c):
-            t, (*_, finished, _, _) = c
-            return (t < limit) & ~finished.all()
-
-        def step(c):
-            t, seeds = c
-            return t + 1, jax.vmap(step_seed)(params, seeds)
-
-        _, (_, env_state, _, returns, lengths, finished, *_) = jax.lax.while_loop(
-            running, step, (0, jax.vmap(start)(obs_stats, keys)))
-        returns = jax.numpy.where(finished, returns, env_state.episode_return)
-        lengths = jax.numpy.where(finished, lengths, env_state.episode_length)
-        return returns, lengths, finished
+    run = evaluation.greedy_runner(agent, env, episodes, limit)  # every seed one step per turn
 
     state = result.state
     keys = jax.random.split(key, config.train.num_seeds)

@@ -247,11 +247,25 @@ def available_presets() -> list[str]:
     return sorted(p.stem for p in (Path(__file__).parent / "configs").glob("*.yaml"))
 
 
-def make_config(algo: str, env: str = "CartPole-v1", overrides: Mapping[str, Any] | None = None) -> Config:
+# the environment an algorithm trains on when none is named: CartPole-v1, or a continuous-action
+# one for an algorithm that needs continuous actions
+DEFAULT_ENVS = {"sac": "Pendulum-v1"}
+
+
+def default_env(algo: str) -> str:
+    """The environment `make_config(algo)` and `rmtjax train --algo ALGO` use when none is named."""
+    return DEFAULT_ENVS.get(algo, "CartPole-v1")
+
+
+def make_config(algo: str, env: str | None = None, overrides: Mapping[str, Any] | None = None) -> Config:
     """The config for `algo` on `env`: the bundled preset when one exists, else the defaults,
     then `overrides` (dotted keys) on top. `env` is an id, or an environment object with gymnax's
-    interface, which is registered under its class name (`rmtjax.envs.register_env`)."""
+    interface, which is registered under its class name (`rmtjax.envs.register_env`); None:
+    the algorithm's default (`default_env`: CartPole-v1, Pendulum-v1 for SAC)."""
     from rmtjax.agents import agent_config_class
+
+    if env is None and isinstance(algo, str):
+        env = default_env(algo)
 
     if not isinstance(env, str) and hasattr(env, "step") and hasattr(env, "reset"):
         from rmtjax.envs import register_env

@@ -254,7 +254,8 @@ def make_train(config: Config, init_from=None) -> Callable:
 
 def train(config: Config | None, key: "jax.Array | int | None" = None, *, hparams: Mapping[str, Any] | None = None,
           progress: bool | None = None, on_chunk: Callable | None = None, run_dir=None,
-          resume=None, init_from=None, _sweep: dict | None = None) -> TrainResult:
+          resume=None, init_from=None, stop: Callable[[float], bool] | None = None,
+          _sweep: dict | None = None) -> TrainResult:
     """Train `config.train.num_seeds` seeds side by side from `key` (a PRNG key, an integer
     seed, or None: `train.seed`).
 
@@ -270,6 +271,8 @@ def train(config: Config | None, key: "jax.Array | int | None" = None, *, hparam
     `config.transfer` says which seed each seed starts from, what is frozen, staged, re-initialised
     and the KL penalty. A run directory keeps the source parameters, so a resume needs no
     `init_from` (given, it must name the same source).
+    `stop(seconds)`: called after every chunk with the seconds trained so far (compilation
+    not counted); True ends the run there, with the iterations done (a wall-clock budget).
     (`_sweep` is `rmtjax.sweep`'s: the grid a sweep's run directory records.)
     """
     key = _train_key(config, key, resume)
@@ -305,7 +308,7 @@ def train(config: Config | None, key: "jax.Array | int | None" = None, *, hparam
             logger = loggers.WandbLogger(config, run_id=None if run is None else run.wandb_id(),
                                          name=None if run is None else run.path.name,
                                          resuming=run is not None and run.resuming)
-        result = _drive(program, key, hparams, progress, on_chunk, run, logger=logger, cells=cells)
+        result = _drive(program, key, hparams, progress, on_chunk, run, logger=logger, cells=cells, stop=stop)
         if run is not None:
             run.finish(result)
             result.run_dir = run.path
@@ -393,7 +396,8 @@ def _open_run(config, key, hparams, run_dir, resume, sweep=None, source=None):
     return None
 
 
-def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=None, cells: int = 1) -> TrainResult:
+def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=None, cells: int = 1,
+           stop=None) -> TrainResult:
     config = program.config
     agent, sharded = program.agent, program.sharded  # sharded: None on one device
     n_iter = agent.num_iterations
@@ -450,8 +454,9 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=No
         chunks.append(metrics)
         done += length
         watch.after_chunk(state, chunks)
+        stopping = stop is not None and done < n_iter and bool(stop(time.perf_counter() - t1))
         if run is not None:
-            run.record(state, chunks, metrics, done, math.ceil(done / chunk_len), final=done >= n_iter)
+            run.record(state, chunks, metrics, done, math.ceil(done / chunk_len), final=done >= n_iter or stopping)
         if logger is not None:
             logger.log(metrics, done - length + 1)
         if bar is not None:
@@ -462,6 +467,8 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=No
                             ret=f"{float(np.mean(metrics['episode_return'][-1])):.1f}")
         if on_chunk is not None:
             on_chunk(state, chunks, done)
+        if stopping:
+            break
     jax.block_until_ready(state)
     run_seconds = time.perf_counter() - t1
     if bar is not None:

@@ -411,6 +411,7 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=No
     show = config.train.progress if progress is None else progress
 
     t0 = time.perf_counter()
+    note = _CompileNote(f"{config.algo} on {config.env.id}") if show else None  # "compiling …" until the first chunk
     keys = seed_keys(key, config.train.num_seeds, cells)
     fresh = state = program.initial_state(keys, hparams)
     compile_seconds = time.perf_counter() - t0
@@ -435,6 +436,9 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=No
         compile_seconds += time.perf_counter() - t0
     del fresh
     start = done
+    if note is not None:
+        note.done()
+    pacer = _Pacer() if show and done < n_iter else None
 
     bar = None
     if show:
@@ -446,8 +450,11 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=No
     t1 = time.perf_counter()
     while done < n_iter:
         length = min(chunk_len, n_iter - done)
-        state, metrics = chunk(state, np.int32(done), np.int32(length))
-        metrics = {k: v[:length] for k, v in jax.device_get(metrics).items()}
+        if pacer is not None:  # in pieces where that costs nothing measurable, the bar moving after each
+            state, metrics = pacer.run(chunk, state, done, length, chunk_len, bar, agent.steps_per_iteration)
+        else:
+            state, metrics = chunk(state, np.int32(done), np.int32(length))
+            metrics = {k: v[:length] for k, v in jax.device_get(metrics).items()}
         if between is not None:
             state, moved = between.after_chunk(state)  # per seed, at the chunk's end: one row each
             metrics.update({k: np.broadcast_to(np.asarray(v), (length,) + np.shape(v)).copy() for k, v in moved.items()})
@@ -462,9 +469,9 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=No
         if bar is not None:
             seeds = config.train.num_seeds
             elapsed = time.perf_counter() - t1
-            bar.update(length * agent.steps_per_iteration)
-            bar.set_postfix(sps=f"{(done - start) * agent.steps_per_iteration * seeds / elapsed:,.0f}",
-                            ret=f"{float(np.mean(metrics['episode_return'][-1])):.1f}")
+            bar.update(done * agent.steps_per_iteration - bar.n)  # what the pieces have not shown yet
+            bar.set_postfix({"sps": f"{(done - start) * agent.steps_per_iteration * seeds / elapsed:,.0f}",
+                             "ret": f"{float(np.mean(metrics['episode_return'][-1])):.1f}", **_postfix(metrics)})
         if on_chunk is not None:
             on_chunk(state, chunks, done)
         if stopping:
@@ -481,6 +488,136 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=No
         fr = sharded.final_return(state)
         state = sharded.local_state(state)  # this process's first device: a one-device-shaped state
     return TrainResult(config, state, stacked, fr, compile_seconds, run_seconds, warnings=watch.notes())
+
+
+_LOSS_SHOWN = 3  # at most this many losses in the bar's postfix
+
+
+def _postfix(metrics: Mapping[str, np.ndarray]) -> dict[str, str]:
+    """The bar's postfix beyond speed and return: the last iteration's losses (mean over seeds;
+    every metric named *loss, at most `_LOSS_SHOWN`) and the last periodic evaluation's return."""
+    out = {}
+    for name in sorted(n for n in metrics if n.endswith("loss"))[:_LOSS_SHOWN]:
+        out[name] = f"{float(np.mean(metrics[name][-1])):.3g}"
+    if "eval_return" in metrics:
+        done = np.flatnonzero(np.isfinite(metrics["eval_return"]).any(axis=1))
+        if done.size:
+            out["eval"] = f"{float(np.nanmean(metrics['eval_return'][done[-1]])):.1f}"
+    return out
+
+
+class _CompileNote:
+    """The line a run shows before its first chunk: "compiling ALGO on ENV …" with the seconds
+    so far (redrawn each second on a terminal), then how long it took and whether the programs
+    came from the persistent compilation cache (`rmtjax.cache`)."""
+
+    _counts = {"requests": 0, "hits": 0}
+    _listening = False
+
+    def __init__(self, what: str):
+        import sys
+        import threading
+
+        _CompileNote._listen()
+        self.what, self.out = what, sys.stderr
+        self.t0 = time.perf_counter()
+        self.before = dict(self._counts)
+        self.tty = bool(getattr(self.out, "isatty", lambda: False)())
+        self._stop = threading.Event()
+        self._print(f"compiling {what} …", end="" if self.tty else "\n")
+        self._thread = None
+        if self.tty:
+            self._thread = threading.Thread(target=self._tick, daemon=True)
+            self._thread.start()
+
+    @classmethod
+    def _listen(cls) -> None:
+        if cls._listening:
+            return
+        cls._listening = True
+
+        def on_event(event: str, **_):
+            if event == "/jax/compilation_cache/compile_requests_use_cache":
+                cls._counts["requests"] += 1
+            elif event == "/jax/compilation_cache/cache_hits":
+                cls._counts["hits"] += 1
+
+        jax.monitoring.register_event_listener(on_event)
+
+    def _print(self, text: str, end: str = "\n") -> None:
+        print(text, end=end, file=self.out, flush=True)
+
+    def _tick(self) -> None:
+        while not self._stop.wait(1.0):
+            self._print(f"\rcompiling {self.what} … {time.perf_counter() - self.t0:.0f} s", end="")
+
+    def done(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        requests = self._counts["requests"] - self.before["requests"]
+        hits = self._counts["hits"] - self.before["hits"]
+        if not jax.config.jax_compilation_cache_dir:
+            said = "persistent compilation cache off"
+        elif requests == 0:
+            said = "nothing new to compile"
+        elif hits == requests:
+            said = "read from the persistent compilation cache"
+        elif hits:
+            said = f"{hits} of {requests} programs read from the persistent compilation cache"
+        else:
+            said = "not in the persistent compilation cache yet; the next identical run reads it from there"
+        self._print(f"{chr(13) if self.tty else ''}compiled {self.what} in {time.perf_counter() - self.t0:.1f} s "
+                    f"({said})")
+
+
+class _Pacer:
+    """Runs a chunk in pieces (calls of the same compiled chunk with a shorter length; the run is
+    the same bit for bit) so that the progress bar moves within a long chunk, where that costs
+    nothing measurable. A call steps only `length` of the chunk's iterations and skips the others
+    at a small cost, `skip` (measured once: a call stepping none). The first chunk is split
+    (its first sixteenth, then as below) only when `skip` is under `FIRST_BUDGET` seconds; a later
+    chunk into `k` pieces only where the (k-1) extra calls cost under `SHARE` of the chunk and
+    each piece takes at least `PIECE_SECONDS`."""
+
+    FIRST_BUDGET = 0.05
+    SHARE = 0.01
+    PIECE_SECONDS = 1.0
+
+    def __init__(self):
+        self.skip: float | None = None
+        self.per_iteration: float | None = None
+
+    def _call(self, chunk, state, start: int, length: int):
+        t = time.perf_counter()
+        state, metrics = chunk(state, np.int32(start), np.int32(length))
+        metrics = {k: v[:length] for k, v in jax.device_get(metrics).items()}  # waits for the piece
+        return state, metrics, time.perf_counter() - t
+
+    def run(self, chunk, state, done: int, length: int, chunk_len: int, bar, steps_per_iteration: int):
+        if self.skip is None:
+            state, _, self.skip = self._call(chunk, state, done, 0)  # steps nothing: the state is unchanged
+        pieces, t_total, at = [], 0.0, done
+        while at < done + length:
+            left = done + length - at
+            if self.per_iteration is None:
+                n = math.ceil(left / 16) if self.skip < self.FIRST_BUDGET and left >= 16 else left
+            else:
+                expected = self.per_iteration * left
+                k = max(1, min(1 + int(self.SHARE * expected / max(self.skip, 1e-9)),
+                               int(expected // self.PIECE_SECONDS)))
+                n = math.ceil(left / k)
+            state, metrics, seconds = self._call(chunk, state, at, n)
+            skipped = self.skip * (chunk_len - n) / chunk_len
+            self.per_iteration = max(seconds - skipped, 1e-9) / n
+            pieces.append(metrics)
+            at += n
+            t_total += seconds
+            if bar is not None and at < done + length:
+                bar.update(at * steps_per_iteration - bar.n)
+        if len(pieces) == 1:
+            return state, pieces[0]
+        return state, {k: np.concatenate([p[k] for p in pieces], axis=0) for k in pieces[0]}
 
 
 def make_policy(config: Config, state, seed: int = 0) -> Callable:

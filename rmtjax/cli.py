@@ -233,8 +233,8 @@ def cmd_config(args) -> int:
     wanted = args.section
     if wanted in available_algos():  # `rmtjax config sac`: that algorithm's agent section
         algo, wanted = wanted, "agent"
-    values = _preset_values(algo, args.env) if (args.algo or args.env or wanted == "agent" and args.section != wanted) \
-        else None
+    values, note = _preset_values(algo, args.env) if (args.algo or args.env or wanted == "agent" and args.section != wanted) \
+        else (None, None)
     if wanted is not None and wanted not in sections:
         raise ConfigError(f"rmtjax config: no section {wanted!r}.{close_matches(wanted, [*sections, *available_algos()])} "
                           f"Sections: {', '.join(sections)}; or an algorithm: {', '.join(available_algos())}")
@@ -253,18 +253,22 @@ def cmd_config(args) -> int:
             if row["doc"]:
                 print(f"      {row['doc']}")
         print()
+    if note is not None:
+        print(note)
     return 0
 
 
-def _preset_values(algo: str, env: str | None) -> dict:
-    """`{dotted field: value}` of `make_config(algo, env)` (the bundled preset where one exists)."""
+def _preset_values(algo: str, env: str | None) -> tuple[dict, str]:
+    """`{dotted field: value}` of `make_config(algo, env)` (the bundled preset where one exists),
+    and the line that says so."""
     from rmtjax.config import _flatten, _preset_path, default_env, make_config
 
     env = env or default_env(algo)
     cfg = make_config(algo, env)
     preset = _preset_path(algo, env)
-    print(f"# values for {algo} on {env}: {'preset ' + preset.name if preset.exists() else 'no preset, the defaults'}")
-    return _flatten(cfg.to_dict())
+    note = (f"(values for {algo} on {env}: {'preset ' + preset.name if preset.exists() else 'no preset, the defaults'}; "
+            f"where they differ, the schema default follows in parentheses)")
+    return _flatten(cfg.to_dict()), note
 
 
 def _shown_value(row: dict, values: dict | None) -> str:

@@ -251,7 +251,7 @@ def test_default_envs_and_preset_values_in_rmtjax_config(capsys):
     preset = rmtjax.make_config("sac", "Pendulum-v1")
     assert main(["config", "train", "--algo", "sac"]) == 0
     out = capsys.readouterr().out
-    assert "# values for sac on Pendulum-v1: preset sac_Pendulum-v1.yaml" in out
+    assert out.startswith("train:") and "(values for sac on Pendulum-v1: preset sac_Pendulum-v1.yaml;" in out
     assert f"train.total_steps: int = {preset.train.total_steps} (default 500000)" in out
     assert main(["config", "agent", "--algo", "rmt", "--env", "CartPole-v1"]) == 0
     out = capsys.readouterr().out

@@ -289,3 +289,38 @@ def test_loggers_leave_out_iterations_without_an_evaluation():
              "eval_return": np.array([[np.nan, np.nan], [5.0, 7.0]])}
     assert "eval_return/mean" not in scalars(chunk, 0)
     assert scalars(chunk, 1)["eval_return/mean"] == 6.0
+
+
+def test_a_resumed_run_keeps_its_best_parameters(tmp_path):
+    cfg = rmtjax.make_config("ppo", "CartPole-v1", {**EVAL, "train.num_chunks": 2})  # checkpoints at 8 and 16
+    whole = rmtjax.train(cfg, 0)
+
+    class Stop(Exception):
+        pass
+
+    def stop_after_first(state, chunks, done):
+        raise Stop
+
+    with pytest.raises(Stop):
+        rmtjax.train(cfg, 0, run_dir=tmp_path / "r", on_chunk=stop_after_first)
+    resumed = rmtjax.train(None, resume=tmp_path / "r")
+    for k in whole.metrics:
+        np.testing.assert_array_equal(resumed.metrics[k], whole.metrics[k], err_msg=k)
+    for a, b in zip(jax.tree.leaves(resumed.state.best_params), jax.tree.leaves(whole.state.best_params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    np.testing.assert_array_equal(np.asarray(resumed.state.best_iteration), np.asarray(whole.state.best_iteration))
+
+
+def test_an_agent_of_the_protocol_only_is_evaluated_under_the_meta_layer():
+    import tests.toy_agent  # noqa: F401 (registers algo: toy)
+
+    cfg = rmtjax.Config.from_dict({
+        "algo": "toy", "env": {"id": "CartPole-v1", "num_envs": 8},
+        "train": {"total_steps": 4000, "num_seeds": 2, "num_chunks": 2, "progress": False, "eval_every": 100,
+                  "eval_episodes": 2},
+        "agent": {}, "meta": {"mode": "rules", "warmup": 2, "interval": 2, "lr_max": 0.1}})
+    r = rmtjax.train(cfg, 0)
+    n = r.metrics["env_steps"].shape[1]
+    np.testing.assert_array_equal(r.eval_iterations, [*range(100, n + 1, 100), *([n] if n % 100 else [])])
+    assert "meta_explore" in r.metrics and (r.eval_return >= 8).all()  # CartPole: at least 8 steps an episode
+    assert np.asarray(r.state.best_return).shape == (2,)

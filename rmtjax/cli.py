@@ -335,7 +335,7 @@ def _positive_seconds(text: str, flag: str) -> float:
 
 
 def cmd_export(args) -> int:
-    from rmtjax.policyfile import export_policy
+    from rmtjax.driver import export_policy
 
     seed = _integer(args.seed, "--seed", 0, SEED_MAX)
     _check_dir_flag(args.run_dir, "run directory")

@@ -701,15 +701,25 @@ def load_policy(source, seed: int = 0, which: str = "last") -> Callable:
     return load_run(source).policy(seed, which)
 
 
-def _check_which(which) -> None:
-    if which not in ("last", "best"):
-        raise ConfigError(f"which: expected 'last' (the parameters at the end) or 'best' (those of the best periodic "
-                          f"evaluation, train.eval_every), got {which!r}")
+def export_policy(source, path, seed: int = 0, which: str = "last") -> Path:
+    """Write seed `seed`'s greedy policy of `source` (a run directory or a `TrainResult`) into
+    the single file `path` (`rmtjax.policyfile`; `rmtjax export RUN out.policy`); `which="best"`:
+    the parameters of its best periodic evaluation. `load_policy(path)` reads it back."""
+    from rmtjax import policyfile
+
+    result = load_run(source) if isinstance(source, (str, os.PathLike)) else source
+    seeds = result.config.train.num_seeds
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < seeds:
+        raise ConfigError(f"seed: expected an integer in [0, {seeds - 1}] (the run has {seeds} seed(s)), got {seed!r}")
+    state = _which_state(result.state, which)
+    pick = lambda x: np.asarray(jax.device_get(x))[seed]  # noqa: E731
+    stats = state.env_state.obs_stats
+    return policyfile.write(path, result.config, jax.tree.map(pick, state.params),
+                            None if stats is None else jax.tree.map(pick, stats))
 
 
-def _which_state(state, which: str):
-    _check_which(which)
-    return evaluation.best_state(state) if which == "best" else state
+_check_which = evaluation.check_which
+_which_state = evaluation.which_state
 
 
 def load_run(run_dir) -> TrainResult:

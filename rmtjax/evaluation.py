@@ -168,6 +168,18 @@ def _eval_env_config(config, episodes: int):
     return dataclasses.replace(config.env, num_envs=episodes)
 
 
+def check_which(which) -> None:
+    if which not in ("last", "best"):
+        raise ConfigError(f"which: expected 'last' (the parameters at the end) or 'best' (those of the best periodic "
+                          f"evaluation, train.eval_every), got {which!r}")
+
+
+def which_state(state, which: str):
+    """`state` (which="last") or its best-by-evaluation view (which="best")."""
+    check_which(which)
+    return best_state(state) if which == "best" else state
+
+
 def best_state(state):
     """A view of `state` (an `EvalTrainState`) whose `params` are each seed's best-by-evaluation
     ones: what `make_policy` reads (`params` and `env_state`)."""

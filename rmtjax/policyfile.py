@@ -55,24 +55,6 @@ def write(path, config, params, obs_stats) -> Path:
     return path
 
 
-def export_policy(source, path, seed: int = 0, which: str = "last") -> Path:
-    """Write seed `seed`'s greedy policy of `source` (a run directory or a `TrainResult`) into
-    the single file `path`; `which="best"`: the parameters of its best periodic evaluation."""
-    import os
-
-    from rmtjax.driver import _which_state, load_run
-
-    result = load_run(source) if isinstance(source, (str, os.PathLike)) else source
-    seeds = result.config.train.num_seeds
-    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < seeds:
-        raise ConfigError(f"seed: expected an integer in [0, {seeds - 1}] (the run has {seeds} seed(s)), got {seed!r}")
-    state = _which_state(result.state, which)
-    pick = lambda x: np.asarray(jax.device_get(x))[seed]  # noqa: E731
-    stats = state.env_state.obs_stats
-    return write(path, result.config, jax.tree.map(pick, state.params),
-                 None if stats is None else jax.tree.map(pick, stats))
-
-
 def read(path) -> tuple[Any, Any, Any]:
     """`(config, params, obs_stats)` of a policy file, checked against the agent the config
     builds (`obs_stats` None when it trained without observation normalisation)."""

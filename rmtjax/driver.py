@@ -316,6 +316,7 @@ def train(config: Config | None, key: "jax.Array | int | None" = None, *, hparam
             logger.finish(result)
         return result
     finally:
+        _CompileNote.stop_active()  # a run that failed while compiling leaves no ticking line
         if logger is not None:
             logger.close()
         if run is not None:
@@ -513,6 +514,7 @@ class _CompileNote:
 
     _counts = {"requests": 0, "hits": 0}
     _listening = False
+    _active: "_CompileNote | None" = None
 
     def __init__(self, what: str):
         import sys
@@ -529,6 +531,17 @@ class _CompileNote:
         if self.tty:
             self._thread = threading.Thread(target=self._tick, daemon=True)
             self._thread.start()
+        _CompileNote._active = self
+
+    @classmethod
+    def stop_active(cls) -> None:
+        """Stop the ticking of a note whose run ended (by an error) before it compiled."""
+        note, cls._active = cls._active, None
+        if note is not None:
+            note._stop.set()
+            if note._thread is not None:
+                note._thread.join()
+                note._print("")  # end the ticking line
 
     @classmethod
     def _listen(cls) -> None:
@@ -552,6 +565,7 @@ class _CompileNote:
             self._print(f"\rcompiling {self.what} … {time.perf_counter() - self.t0:.0f} s", end="")
 
     def done(self) -> None:
+        _CompileNote._active = None
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
@@ -567,8 +581,8 @@ class _CompileNote:
             said = f"{hits} of {requests} programs read from the persistent compilation cache"
         else:
             said = "not in the persistent compilation cache yet; the next identical run reads it from there"
-        self._print(f"{chr(13) if self.tty else ''}compiled {self.what} in {time.perf_counter() - self.t0:.1f} s "
-                    f"({said})")
+        line = f"compiled {self.what} in {time.perf_counter() - self.t0:.1f} s ({said})"
+        self._print(f"\r{line:<{len(self.what) + 24}}" if self.tty else line)  # over the whole ticking line
 
 
 class _Pacer:

@@ -4,7 +4,7 @@
     rmtjax train --resume DIR [--set train.progress=false ...]
     rmtjax train ... --init-from SOURCE_DIR      # start from another run's parameters (config: transfer:)
     rmtjax train ... --print-config              # print the resolved config and exit
-    rmtjax eval DIR [--episodes N] [--seed S] [--max-steps N] [--video out.gif|out.mp4]
+    rmtjax eval DIR [--episodes N] [--seed S] [--max-steps N] [--video out.gif|out.mp4] [--which last|best]
     rmtjax sweep [CONFIG.yaml] --grid agent.lr=1e-4,3e-4 [--grid ...] [--seeds N] [--run-dir DIR]
     rmtjax sweep --resume DIR
     rmtjax config [SECTION] [--algo A] [--env E] # every field: type, default (or the preset's value), range, doc
@@ -133,6 +133,12 @@ def cmd_eval(args) -> int:
     _check_dir_flag(args.run_dir, "run directory")
     _allow_imports(args)
     result = load_run(args.run_dir)
+    if args.which == "best":  # the parameters of each seed's best periodic evaluation (train.eval_every)
+        import dataclasses
+
+        from rmtjax.evaluation import which_state
+
+        result = dataclasses.replace(result, state=which_state(result.state, "best"))
     if args.video:
         from rmtjax.video import render_video
 
@@ -390,6 +396,9 @@ def main(argv=None) -> int:
                    help="instead of scoring, render one greedy episode per seed into PATH (.gif or .mp4): "
                         "the seeds side by side in one video (with --per-seed one file each, PATH_seed<k>)")
     e.add_argument("--per-seed", action="store_true", help="with --video: one file per seed instead of a grid")
+    e.add_argument("--which", choices=("last", "best"), default="last",
+                   help="last: the parameters at the end; best: each seed's of its best periodic evaluation "
+                        "(train.eval_every)")
     e.set_defaults(func=cmd_eval)
     w = sub.add_parser("sweep", help="train a hyperparameter grid × seeds in one compiled program",
                        epilog="Only the agent's hyperparameters held as arrays can be swept (rmtjax config agent "

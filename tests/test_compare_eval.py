@@ -90,6 +90,17 @@ def test_the_run_directory_keeps_the_evaluations_and_the_best_parameters(evaluat
         rmtjax.load_policy(path, which="first")
 
 
+def test_rmtjax_eval_plays_the_best_parameters(evaluated, capsys):
+    path, r = evaluated["path"], evaluated["result"]
+    assert main(["eval", str(path), "--episodes", "2", "--which", "best"]) == 0
+    best = capsys.readouterr().out
+    import dataclasses
+
+    best_run = dataclasses.replace(rmtjax.load_run(path), state=evaluation.best_state(r.state))
+    want = rmtjax.evaluate(best_run, episodes=2, key=jax.random.key(0))
+    assert f"mean return {want.mean:.2f}" in best
+
+
 def test_which_best_without_evaluation_is_refused():
     with pytest.raises(ConfigError, match=r"which='best': this run has no periodic evaluation \(train.eval_every: 0\)"):
         evaluation.best_state(object())

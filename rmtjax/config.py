@@ -166,7 +166,7 @@ class Config:
         )
 
     def to_dict(self) -> dict:
-        return {"algo": self.algo, "env": self.env.to_dict(), "train": self.train.to_dict(),
+        return {"algo": self.algo, "env": self.env.to_dict(), "train": _train_dict(self.train),
                 "agent": self.agent.to_dict(), "precision": self.precision.to_dict(),
                 "meta": self.meta.to_dict(), "curriculum": self.curriculum.to_dict(),
                 "distributed": self.distributed.to_dict(),
@@ -188,6 +188,7 @@ class Config:
         """A new config with dotted keys replaced, e.g. `{"agent.lr": 3e-4, "env.num_envs": 8}`."""
         data = self.to_dict()
         data.setdefault("transfer", self.transfer.to_dict())
+        data["train"] = self.train.to_dict()  # every field, those left out at their defaults included
         for dotted, value in (overrides or {}).items():
             _set_dotted(data, dotted, value)
         try:
@@ -200,6 +201,16 @@ class Config:
                               f"{self.algo}'s and {data['algo']} does not take all of it ({e}). Choose the algorithm "
                               f"with --algo {data['algo']} (or make_config({data['algo']!r}, ...)), which starts from "
                               f"its own agent section, or give {data['algo']}'s agent fields in the config") from None
+
+
+# train fields added after run directories existed: left out of a config's dict (config.yaml,
+# checkpoints) while at their defaults, so a run written before them still resumes (its stored
+# config has no such keys, and a resume compares the configs key by key)
+_LATER_TRAIN_FIELDS = {"eval_every": 0, "eval_episodes": 10}
+
+
+def _train_dict(train: TrainConfig) -> dict:
+    return {k: v for k, v in train.to_dict().items() if _LATER_TRAIN_FIELDS.get(k, object()) != v}
 
 
 def _flatten(data: Mapping, prefix: str = "") -> dict:

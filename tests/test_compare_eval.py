@@ -335,3 +335,13 @@ def test_an_agent_of_the_protocol_only_is_evaluated_under_the_meta_layer():
     np.testing.assert_array_equal(r.eval_iterations, [*range(100, n + 1, 100), *([n] if n % 100 else [])])
     assert "meta_explore" in r.metrics and (r.eval_return >= 8).all()  # CartPole: at least 8 steps an episode
     assert np.asarray(r.state.best_return).shape == (2,)
+
+
+def test_configs_without_evaluation_are_written_as_before():
+    # run directories written before train.eval_every existed hold no such keys; a resume compares key by key
+    cfg = rmtjax.make_config("ppo")
+    assert not {"eval_every", "eval_episodes"} & set(cfg.to_dict()["train"])
+    assert rmtjax.Config.from_dict(cfg.to_dict()) == cfg
+    on = cfg.override({"train.eval_every": 3})
+    assert on.to_dict()["train"]["eval_every"] == 3 and rmtjax.Config.from_dict(on.to_dict()) == on
+    assert on.differences(cfg) == [("train.eval_every", 3, "<unset>")]

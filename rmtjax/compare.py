@@ -33,6 +33,7 @@ import json
 import math
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -57,7 +58,7 @@ class Entry:
     run_seconds: float
     eval_seconds: float  # the final evaluation's, when it ran apart (budget mode); else 0
     curve_steps: np.ndarray  # [iterations] env steps per seed
-    curve_return: np.ndarray  # [seeds, iterations] episode_return
+    curve_return: np.ndarray  # [seeds, iterations] episode_return (NaN before the seed's first episode ended)
     eval_steps: np.ndarray  # [evaluations] env steps at each periodic evaluation
     eval_curve: np.ndarray  # [seeds, evaluations]
     stopped_by_budget: bool = False
@@ -287,13 +288,19 @@ def compare(algos=None, envs=None, seeds: int = 3, *, configs: Sequence[Any] = (
             eval_seconds = time.perf_counter() - t0
         else:
             final = result.metrics["eval_return"][:, -1]
-        ret = result.metrics["episode_return"]
+        ret = result.metrics["episode_return"].astype(np.float64)
+        # before a seed's first finished episode its episode_return is a placeholder 0: not a return
+        begun = np.maximum.accumulate(result.metrics["episode_count"] > 0, axis=1)
+        ret = np.where(begun, ret, np.nan)
         tail = max(1, iterations // 10)
         ev_iter = result.eval_iterations
         steps = result.metrics["env_steps"][0]
-        results.append(Entry(label, cfg, np.asarray(final, np.float64), ret[:, -tail:].mean(axis=1).astype(np.float64),
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a seed without a finished episode: NaN, said as n/a
+            train_return = np.nanmean(ret[:, -tail:], axis=1)
+        results.append(Entry(label, cfg, np.asarray(final, np.float64), train_return,
                              int(steps[-1]), result.compile_seconds, result.run_seconds, eval_seconds,
-                             steps.copy(), ret.astype(np.float64), steps[ev_iter - 1].copy(),
+                             steps.copy(), ret, steps[ev_iter - 1].copy(),
                              np.asarray(result.eval_return, np.float64), stopped_by_budget=stopped))
     cmp = CompareResult(results, budget_seconds, out)
     if out is not None:

@@ -216,6 +216,8 @@ def test_compare_tables_the_greedy_evaluations_and_writes_its_outputs(tmp_path):
         assert row["steps_per_second"] > 0 and row["wall_seconds"] >= row["compile_seconds"] > 0
         assert entry.eval_curve.shape == (2, 2) and entry.config.train.eval_every > 0
         np.testing.assert_array_equal(entry.eval_curve[:, -1], entry.eval_return)
+    dqn = result.entries[0]  # 4 env steps an iteration: no episode has ended after the first
+    assert np.isnan(dqn.curve_return[:, 0]).all() and np.isfinite(dqn.curve_return[:, -1]).all()
     table = (out / "compare.md").read_text()
     assert "| dqn | CartPole-v1 | 2 |" in table and "greedy eval IQM [95% CI]" in table
     assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -580,7 +580,7 @@ class _CompileNote:
         elif hits:
             said = f"{hits} of {requests} programs read from the persistent compilation cache"
         else:
-            said = "not in the persistent compilation cache yet; the next identical run reads it from there"
+            said = "not in the persistent compilation cache yet: kept there for the next identical run"
         line = f"compiled {self.what} in {time.perf_counter() - self.t0:.1f} s ({said})"
         self._print(f"\r{line:<{len(self.what) + 24}}" if self.tty else line)  # over the whole ticking line
 

@@ -16,6 +16,7 @@ _PUBLIC = {
     "evaluate": "rmtjax.driver", "load_run": "rmtjax.driver", "make_train": "rmtjax.driver", "train": "rmtjax.driver",
     "load_policy": "rmtjax.driver", "make_policy": "rmtjax.driver", "register_env": "rmtjax.envs",
     "sweep": "rmtjax.sweep", "SweepResult": "rmtjax.sweep", "render_video": "rmtjax.video",
+    "export_policy": "rmtjax.driver", "compare": "rmtjax.compare", "CompareResult": "rmtjax.compare",
 }
 __all__ = sorted(_PUBLIC)
 

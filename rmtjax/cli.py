@@ -4,10 +4,12 @@
     rmtjax train --resume DIR [--set train.progress=false ...]
     rmtjax train ... --init-from SOURCE_DIR      # start from another run's parameters (config: transfer:)
     rmtjax train ... --print-config              # print the resolved config and exit
-    rmtjax eval DIR [--episodes N] [--seed S] [--max-steps N] [--video out.gif|out.mp4]
+    rmtjax eval DIR [--episodes N] [--seed S] [--max-steps N] [--video out.gif|out.mp4] [--which last|best]
     rmtjax sweep [CONFIG.yaml] --grid agent.lr=1e-4,3e-4 [--grid ...] [--seeds N] [--run-dir DIR]
     rmtjax sweep --resume DIR
-    rmtjax config [SECTION] [--algo A]           # every field: type, default, range, doc
+    rmtjax config [SECTION] [--algo A] [--env E] # every field: type, default (or the preset's value), range, doc
+    rmtjax compare --algos A,B --envs E1,E2 [--seeds N] [--budget-seconds S] [--out DIR]
+    rmtjax export RUN_DIR out.policy [--seed S] [--which last|best]   # one seed's policy in one file
     rmtjax notebooks [DEST]                      # copy the example notebooks out of the package
 
 Both take `--allow-import MODULE` (repeatable): an env id `gymnasium:MODULE:EnvId` may then
@@ -48,7 +50,7 @@ def _build_config(args):
                 data["env"]["id"] = args.env
             cfg = type(cfg).from_dict(data)
         return cfg.override(overrides)
-    return make_config(args.algo or DEFAULT_ALGO, args.env or DEFAULT_ENV, overrides)
+    return make_config(args.algo or DEFAULT_ALGO, args.env, overrides)  # no --env: the algorithm's default
 
 
 def _integer(text, flag: str, lo: int, hi: int) -> int:
@@ -135,6 +137,12 @@ def cmd_eval(args) -> int:
 
         _check_target(_check_path(args.video), args.overwrite)  # before the run is read
     result = load_run(args.run_dir)
+    if args.which == "best":  # the parameters of each seed's best periodic evaluation (train.eval_every)
+        import dataclasses
+
+        from rmtjax.evaluation import which_state
+
+        result = dataclasses.replace(result, state=which_state(result.state, "best"))
     if args.video:
         from rmtjax.video import render_video
 
@@ -235,6 +243,8 @@ def cmd_config(args) -> int:
     wanted = args.section
     if wanted in available_algos():  # `rmtjax config sac`: that algorithm's agent section
         algo, wanted = wanted, "agent"
+    values, note = _preset_values(algo, args.env) if (args.algo or args.env or wanted == "agent" and args.section != wanted) \
+        else (None, None)
     if wanted is not None and wanted not in sections:
         raise ConfigError(f"rmtjax config: no section {wanted!r}.{close_matches(wanted, [*sections, *available_algos()])} "
                           f"Sections: {', '.join(sections)}; or an algorithm: {', '.join(available_algos())}")
@@ -249,19 +259,100 @@ def cmd_config(args) -> int:
         print(f"{title}:{' ' + doc if doc else ''}")
         for row in describe(cls, name):
             rng = f", {row['allowed']}" if row["allowed"] else ""
-            print(f"  {row['name']}: {row['type']} = {row['default']!r}{rng}")
+            print(f"  {row['name']}: {row['type']} = {_shown_value(row, values)}{rng}")
             if row["doc"]:
                 print(f"      {row['doc']}")
         print()
+    if note is not None:
+        print(note)
     return 0
 
 
+def _preset_values(algo: str, env: str | None) -> tuple[dict, str]:
+    """`{dotted field: value}` of `make_config(algo, env)` (the bundled preset where one exists),
+    and the line that says so."""
+    from rmtjax.config import _flatten, _preset_path, default_env, make_config
+
+    env = env or default_env(algo)
+    cfg = make_config(algo, env)
+    preset = _preset_path(algo, env)
+    note = (f"(values for {algo} on {env}: {'preset ' + preset.name if preset.exists() else 'no preset, the defaults'}; "
+            f"where they differ, the schema default follows in parentheses)")
+    return _flatten(cfg.to_dict()), note
+
+
+def _shown_value(row: dict, values: dict | None) -> str:
+    default = row["default"]
+    if values is None or row["name"] not in values:
+        return repr(default)
+    value = values[row["name"]]
+    value = list(value) if isinstance(value, tuple) else value
+    return repr(value) if value == default else f"{value!r} (default {default!r})"
+
+
 def cmd_notebooks(args) -> int:
+    from pathlib import Path
+
     from rmtjax import notebooks
 
     _check_dir_flag(args.dest, "DEST")
+    there = {p.name for p in notebooks.paths() if (Path(args.dest) / p.name).exists()}
     for path in notebooks.copy_to(args.dest):
-        print(path)
+        print(f"{path} (kept: a file of this name was already there; not overwritten)" if path.name in there
+              else path)
+    if there:
+        print(f"kept {len(there)} existing file(s) unchanged; remove them (or choose another DEST) for fresh copies")
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from rmtjax import cache
+    from rmtjax.compare import compare
+    from rmtjax.config import parse_override
+
+    seeds = _integer(args.seeds, "--seeds", 1, 2**20)
+    seed = _integer(args.seed, "--seed", 0, SEED_MAX)
+    episodes = _integer(args.eval_episodes, "--eval-episodes", 1, 100_000)
+    budget = None
+    if args.budget_seconds is not None:
+        budget = _positive_seconds(args.budget_seconds, "--budget-seconds")
+    _check_dir_flag(args.out, "--out")
+    _allow_imports(args)
+    cache.enable(disable=args.no_compile_cache)
+    overrides = dict(parse_override(s) for s in args.set or [])
+    if args.total_steps is not None:
+        overrides["train.total_steps"] = _integer(args.total_steps, "--total-steps", 1, 2**31 - 1)
+    result = compare(args.algos, args.envs, seeds, configs=args.config or (), overrides=overrides,
+                     budget_seconds=budget, eval_episodes=episodes, out_dir=args.out, key=seed,
+                     progress=False if args.quiet else None)
+    print(result.table_markdown(), end="")
+    print(result.summary())
+    have_plot = (result.out_dir / "curves.png").exists()
+    print(f"written: {result.out_dir} (compare.md, compare.csv, results.json{', curves.png' if have_plot else ''})")
+    return 0
+
+
+def _positive_seconds(text: str, flag: str) -> float:
+    from rmtjax.schema import ConfigError
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise ConfigError(f"{flag}: expected a number of seconds > 0, got {text!r}")
+    return value
+
+
+def cmd_export(args) -> int:
+    from rmtjax.driver import export_policy
+
+    seed = _integer(args.seed, "--seed", 0, SEED_MAX)
+    _check_dir_flag(args.run_dir, "run directory")
+    _allow_imports(args)
+    path = export_policy(args.run_dir, args.out, seed=seed, which=args.which)
+    print(f"{path}: seed {seed}'s {args.which} greedy policy of {args.run_dir}, one file; "
+          f"load it with rmtjax.load_policy({str(path)!r})")
     return 0
 
 
@@ -280,7 +371,7 @@ def main(argv=None) -> int:
                        epilog=fields_note)
     p.add_argument("config", nargs="?", help="a YAML config file")
     p.add_argument("--algo", help=f"algorithm (default {DEFAULT_ALGO})")
-    p.add_argument("--env", help=f"environment id (default {DEFAULT_ENV})")
+    p.add_argument("--env", help=f"environment id (default {DEFAULT_ENV}; Pendulum-v1 for sac)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field, e.g. agent.lr=3e-4")
     p.add_argument("--seed", help=f"PRNG seed in [0, {SEED_MAX}] (default: train.seed)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -311,13 +402,16 @@ def main(argv=None) -> int:
     e.add_argument("--per-seed", action="store_true", help="with --video: one file per seed instead of a grid")
     e.add_argument("--overwrite", action="store_true", help="with --video: replace an existing file (a symbolic "
                                                             "link is never written through)")
+    e.add_argument("--which", choices=("last", "best"), default="last",
+                   help="last: the parameters at the end; best: each seed's of its best periodic evaluation "
+                        "(train.eval_every)")
     e.set_defaults(func=cmd_eval)
     w = sub.add_parser("sweep", help="train a hyperparameter grid × seeds in one compiled program",
                        epilog="Only the agent's hyperparameters held as arrays can be swept (rmtjax config agent "
                               "shows them); fields that change shapes (env.num_envs, agent.hidden, ...) are refused.")
     w.add_argument("config", nargs="?", help="a YAML config file")
     w.add_argument("--algo", help=f"algorithm (default {DEFAULT_ALGO})")
-    w.add_argument("--env", help=f"environment id (default {DEFAULT_ENV})")
+    w.add_argument("--env", help=f"environment id (default {DEFAULT_ENV}; Pendulum-v1 for sac)")
     w.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field, e.g. train.total_steps=1e5")
     w.add_argument("--grid", action="append", metavar="FIELD=V1,V2,...",
                    help="a grid axis, e.g. agent.lr=1e-4,3e-4,1e-3; repeat for more axes (every combination is a cell)")
@@ -335,8 +429,41 @@ def main(argv=None) -> int:
     c = sub.add_parser("config", help="list every config field with its type, default, range and doc")
     c.add_argument("section", nargs="?", help="env, train, agent, precision, meta, curriculum, distributed or transfer "
                                               "(or an algorithm name: its agent section); default: all")
-    c.add_argument("--algo", help=f"whose agent section to list (default {DEFAULT_ALGO})")
+    c.add_argument("--algo", help=f"whose agent section to list (default {DEFAULT_ALGO}); with --algo or --env "
+                                  f"the values shown are that preset's")
+    c.add_argument("--env", help="show the values of the algorithm's preset for this environment")
     c.set_defaults(func=cmd_config)
+    m = sub.add_parser("compare", help="compare algorithms × environments × seeds at their presets: a table of "
+                                       "greedy-evaluation IQMs and learning curves",
+                       epilog="Writes compare.md, compare.csv, results.json and curves.png into --out. "
+                              "Example: rmtjax compare --algos rmt,dqn,pqn --envs CartPole-v1,Acrobot-v1 --seeds 5")
+    m.add_argument("config", nargs="*", help="config files to compare too (each on its own env, or on every --envs)")
+    m.add_argument("--algos", action="append", metavar="A,B,...", help="algorithms, each at its preset")
+    m.add_argument("--envs", action="append", metavar="E1,E2,...",
+                   help="environments (default: each algorithm's default env)")
+    m.add_argument("--seeds", default="3", help="seeds per (algorithm, env) (default 3)")
+    m.add_argument("--seed", default="0", help=f"PRNG seed in [0, {SEED_MAX}] every run starts from (default 0)")
+    m.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field in every config")
+    m.add_argument("--total-steps", help="env steps per seed for every run (default: each preset's)")
+    m.add_argument("--budget-seconds", help="give every agent this much training wall-clock instead "
+                                            "(compilation not counted), then evaluate it")
+    m.add_argument("--eval-episodes", default="10", help="greedy episodes per seed at each evaluation (default 10)")
+    m.add_argument("--out", default="rmtjax-compare", metavar="DIR", help="output directory (default ./rmtjax-compare)")
+    m.add_argument("--quiet", action="store_true", help="no progress bars")
+    m.add_argument("--no-compile-cache", action="store_true", help="do not use the persistent compilation cache")
+    m.add_argument("--allow-import", action="append", metavar="MODULE",
+                   help="let an env id gymnasium:MODULE:EnvId import MODULE (runs its code); repeatable")
+    m.set_defaults(func=cmd_compare)
+    x = sub.add_parser("export", help="write one seed's greedy policy of a run into a single file")
+    x.add_argument("run_dir", help="a run directory written by rmtjax train --run-dir")
+    x.add_argument("out", help="the file to write, e.g. agent.policy (load it with rmtjax.load_policy(FILE))")
+    x.add_argument("--seed", default="0", help="which seed's policy (default 0)")
+    x.add_argument("--which", choices=("last", "best"), default="last",
+                   help="last: the parameters at the end; best: those of the best periodic evaluation "
+                        "(train.eval_every)")
+    x.add_argument("--allow-import", action="append", metavar="MODULE",
+                   help="let an env id gymnasium:MODULE:EnvId import MODULE (runs its code); repeatable")
+    x.set_defaults(func=cmd_export)
     n = sub.add_parser("notebooks", help="copy the example notebooks (shipped in the package) into a folder")
     n.add_argument("dest", nargs="?", default="rmtjax-notebooks", help="where (default ./rmtjax-notebooks)")
     n.set_defaults(func=cmd_notebooks)

@@ -85,6 +85,12 @@ class TrainConfig(Section):
     wandb_mode: str = param("auto", choices=("auto", "online", "offline"),
                             doc="with train.wandb: offline writes the W&B run to disk only (no network; wandb "
                                 "sync uploads it later), online streams it, auto leaves it to wandb (WANDB_MODE)")
+    eval_every: int = param(0, lo=0, doc="every N iterations (and after the last) play train.eval_episodes greedy "
+                                         "episodes per seed inside the compiled loop: metrics eval_return and "
+                                         "eval_length (NaN between evaluations), each seed's best parameters kept "
+                                         "(load_policy(run, which='best')); 0: off")
+    eval_episodes: int = param(10, lo=1, hi=100_000, doc="with train.eval_every: greedy episodes per seed at each "
+                                                          "evaluation (played side by side on their own envs)")
 
 
 # Fields that only say how a run is watched or saved, not what it computes: a run may be
@@ -160,7 +166,7 @@ class Config:
         )
 
     def to_dict(self) -> dict:
-        return {"algo": self.algo, "env": self.env.to_dict(), "train": self.train.to_dict(),
+        return {"algo": self.algo, "env": self.env.to_dict(), "train": _train_dict(self.train),
                 "agent": self.agent.to_dict(), "precision": self.precision.to_dict(),
                 "meta": self.meta.to_dict(), "curriculum": self.curriculum.to_dict(),
                 "distributed": self.distributed.to_dict(),
@@ -182,6 +188,7 @@ class Config:
         """A new config with dotted keys replaced, e.g. `{"agent.lr": 3e-4, "env.num_envs": 8}`."""
         data = self.to_dict()
         data.setdefault("transfer", self.transfer.to_dict())
+        data["train"] = self.train.to_dict()  # every field, those left out at their defaults included
         for dotted, value in (overrides or {}).items():
             _set_dotted(data, dotted, value)
         try:
@@ -194,6 +201,16 @@ class Config:
                               f"{self.algo}'s and {data['algo']} does not take all of it ({e}). Choose the algorithm "
                               f"with --algo {data['algo']} (or make_config({data['algo']!r}, ...)), which starts from "
                               f"its own agent section, or give {data['algo']}'s agent fields in the config") from None
+
+
+# train fields added after run directories existed: left out of a config's dict (config.yaml,
+# checkpoints) while at their defaults, so a run written before them still resumes (its stored
+# config has no such keys, and a resume compares the configs key by key)
+_LATER_TRAIN_FIELDS = {"eval_every": 0, "eval_episodes": 10}
+
+
+def _train_dict(train: TrainConfig) -> dict:
+    return {k: v for k, v in train.to_dict().items() if _LATER_TRAIN_FIELDS.get(k, object()) != v}
 
 
 def _flatten(data: Mapping, prefix: str = "") -> dict:
@@ -241,11 +258,25 @@ def available_presets() -> list[str]:
     return sorted(p.stem for p in (Path(__file__).parent / "configs").glob("*.yaml"))
 
 
-def make_config(algo: str, env: str = "CartPole-v1", overrides: Mapping[str, Any] | None = None) -> Config:
+# the environment an algorithm trains on when none is named: CartPole-v1, or a continuous-action
+# one for an algorithm that needs continuous actions
+DEFAULT_ENVS = {"sac": "Pendulum-v1"}
+
+
+def default_env(algo: str) -> str:
+    """The environment `make_config(algo)` and `rmtjax train --algo ALGO` use when none is named."""
+    return DEFAULT_ENVS.get(algo, "CartPole-v1")
+
+
+def make_config(algo: str, env: str | None = None, overrides: Mapping[str, Any] | None = None) -> Config:
     """The config for `algo` on `env`: the bundled preset when one exists, else the defaults,
     then `overrides` (dotted keys) on top. `env` is an id, or an environment object with gymnax's
-    interface, which is registered under its class name (`rmtjax.envs.register_env`)."""
+    interface, which is registered under its class name (`rmtjax.envs.register_env`); None:
+    the algorithm's default (`default_env`: CartPole-v1, Pendulum-v1 for SAC)."""
     from rmtjax.agents import agent_config_class
+
+    if env is None and isinstance(algo, str):
+        env = default_env(algo)
 
     if not isinstance(env, str) and hasattr(env, "step") and hasattr(env, "reset"):
         from rmtjax.envs import register_env

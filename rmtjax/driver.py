@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping
 import jax
 import numpy as np
 
-from rmtjax import cache, distributed, health, limits, loggers, transfer
+from rmtjax import cache, distributed, evaluation, health, limits, loggers, transfer
 from rmtjax.agents import build_agent
 from rmtjax.config import Config, ConfigError
 from rmtjax.envs import final_return
@@ -54,9 +54,24 @@ class TrainResult:
         """Environment steps per seed."""
         return int(self.metrics["env_steps"][0, -1])
 
-    def policy(self, seed: int = 0) -> Callable:
-        """Seed `seed`'s greedy policy as a jitted function `obs -> action` (`make_policy`)."""
-        return make_policy(self.config, self.state, seed)
+    def policy(self, seed: int = 0, which: str = "last") -> Callable:
+        """Seed `seed`'s greedy policy as a jitted function `obs -> action` (`make_policy`);
+        `which="best"`: its parameters of its best periodic evaluation (`train.eval_every`)."""
+        return make_policy(self.config, _which_state(self.state, which), seed)
+
+    @property
+    def eval_return(self) -> np.ndarray | None:
+        """`[num_seeds, evaluations]`: the mean greedy return of each periodic evaluation
+        (`train.eval_every`; None without), and `eval_iterations` the iterations they followed."""
+        if "eval_return" not in self.metrics:
+            return None
+        return self.metrics["eval_return"][:, self.eval_iterations - 1]
+
+    @property
+    def eval_iterations(self) -> np.ndarray | None:
+        if "eval_return" not in self.metrics:
+            return None
+        return np.flatnonzero(np.isfinite(self.metrics["eval_return"]).any(axis=0)) + 1
 
     def summary(self) -> str:
         fr = self.final_return
@@ -191,6 +206,8 @@ class Program:
         vstep = _over_seeds(distributed.reduced_step(config, agent.step), seeds)
         vinit, vstep = transfer.compose(config, agent, vinit, vstep, source)
         self.init, self.step = meta_controller.compose(config, agent, vinit, vstep)
+        if evaluation.is_active(config):  # periodic greedy evaluation, outermost (rmtjax.evaluation)
+            self.init, self.step = evaluation.compose(config, agent, self.init, self.step)
         self.sharded = distributed.sharded_run(config)
 
     @property
@@ -252,10 +269,12 @@ def make_train(config: Config, init_from=None) -> Callable:
     return program.whole()
 
 
-def train(config: Config | None, key: jax.Array | None = None, *, hparams: Mapping[str, Any] | None = None,
+def train(config: Config | None, key: "jax.Array | int | None" = None, *, hparams: Mapping[str, Any] | None = None,
           progress: bool | None = None, on_chunk: Callable | None = None, run_dir=None,
-          resume=None, init_from=None, _sweep: dict | None = None) -> TrainResult:
-    """Train `config.train.num_seeds` seeds side by side from `key`.
+          resume=None, init_from=None, stop: Callable[[float], bool] | None = None,
+          _sweep: dict | None = None) -> TrainResult:
+    """Train `config.train.num_seeds` seeds side by side from `key` (a PRNG key, an integer
+    seed, or None: `train.seed`).
 
     `run_dir`: write the run there (config.yaml, metrics.jsonl/.csv, checkpoints every
     `train.checkpoint_every` chunks, summary.json; see `rmtjax.rundir`). `resume`: continue
@@ -269,8 +288,11 @@ def train(config: Config | None, key: jax.Array | None = None, *, hparams: Mappi
     `config.transfer` says which seed each seed starts from, what is frozen, staged, re-initialised
     and the KL penalty. A run directory keeps the source parameters, so a resume needs no
     `init_from` (given, it must name the same source).
+    `stop(seconds)`: called after every chunk with the seconds trained so far (compilation
+    not counted); True ends the run there, with the iterations done (a wall-clock budget).
     (`_sweep` is `rmtjax.sweep`'s: the grid a sweep's run directory records.)
     """
+    key = _train_key(config, key, resume)
     if config is not None:
         distributed.initialize(config)  # a multi-host run joins its processes first
         loggers.check_wandb(config, run_dir if resume is None else resume)
@@ -313,7 +335,7 @@ def train(config: Config | None, key: jax.Array | None = None, *, hparams: Mappi
             logger = loggers.WandbLogger(config, run_id=None if run is None else run.wandb_id(),
                                          name=None if run is None else run.path.name,
                                          resuming=run is not None and run.resuming)
-        result = _drive(program, key, hparams, progress, on_chunk, run, logger=logger, cells=cells)
+        result = _drive(program, key, hparams, progress, on_chunk, run, logger=logger, cells=cells, stop=stop)
         if run is not None:
             run.finish(result)
             result.run_dir = run.path
@@ -321,10 +343,26 @@ def train(config: Config | None, key: jax.Array | None = None, *, hparams: Mappi
             logger.finish(result)
         return result
     finally:
+        _CompileNote.stop_active()  # a run that failed while compiling leaves no ticking line
         if logger is not None:
             logger.close()
         if run is not None:
             run.close()
+
+
+def _train_key(config, key, resume):
+    """`train`'s key: a PRNG key as given, an int made into one, and None `train.seed`'s (a
+    resumed run's None stays None: the run's own key)."""
+    if key is None:
+        return None if resume is not None or config is None else jax.random.key(config.train.seed)
+    if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+        if not 0 <= int(key) <= 2**31 - 1:
+            raise ConfigError(f"key: an integer seed must be in [0, {2**31 - 1}], got {key}")
+        return jax.random.key(int(key))
+    if not hasattr(key, "dtype"):
+        raise ConfigError(f"key: expected a PRNG key (jax.random.key(0)), an integer seed or None "
+                          f"(train.seed), got {type(key).__name__}")
+    return key
 
 
 def config_cells(sweep_info: dict) -> list[dict]:
@@ -386,7 +424,8 @@ def _open_run(config, key, hparams, run_dir, resume, sweep=None, source=None, wa
     return None
 
 
-def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=None, cells: int = 1) -> TrainResult:
+def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=None, cells: int = 1,
+           stop=None) -> TrainResult:
     config = program.config
     agent, sharded = program.agent, program.sharded  # sharded: None on one device
     n_iter = agent.num_iterations
@@ -400,6 +439,7 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=No
     show = config.train.progress if progress is None else progress
 
     t0 = time.perf_counter()
+    note = _CompileNote(f"{config.algo} on {config.env.id}") if show else None  # "compiling …" until the first chunk
     keys = seed_keys(key, config.train.num_seeds, cells)
     fresh = state = program.initial_state(keys, hparams)
     compile_seconds = time.perf_counter() - t0
@@ -424,6 +464,9 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=No
         compile_seconds += time.perf_counter() - t0
     del fresh
     start = done
+    if note is not None:
+        note.done()
+    pacer = _Pacer() if show and done < n_iter else None
 
     bar = None
     if show:
@@ -435,26 +478,32 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=No
     t1 = time.perf_counter()
     while done < n_iter:
         length = min(chunk_len, n_iter - done)
-        state, metrics = chunk(state, np.int32(done), np.int32(length))
-        metrics = {k: v[:length] for k, v in jax.device_get(metrics).items()}
+        if pacer is not None:  # in pieces where that costs nothing measurable, the bar moving after each
+            state, metrics = pacer.run(chunk, state, done, length, chunk_len, bar, agent.steps_per_iteration)
+        else:
+            state, metrics = chunk(state, np.int32(done), np.int32(length))
+            metrics = {k: v[:length] for k, v in jax.device_get(metrics).items()}
         if between is not None:
             state, moved = between.after_chunk(state)  # per seed, at the chunk's end: one row each
             metrics.update({k: np.broadcast_to(np.asarray(v), (length,) + np.shape(v)).copy() for k, v in moved.items()})
         chunks.append(metrics)
         done += length
         watch.after_chunk(state, chunks)
+        stopping = stop is not None and done < n_iter and bool(stop(time.perf_counter() - t1))
         if run is not None:
-            run.record(state, chunks, metrics, done, math.ceil(done / chunk_len), final=done >= n_iter)
+            run.record(state, chunks, metrics, done, math.ceil(done / chunk_len), final=done >= n_iter or stopping)
         if logger is not None:
             logger.log(metrics, done - length + 1)
         if bar is not None:
             seeds = config.train.num_seeds
             elapsed = time.perf_counter() - t1
-            bar.update(length * agent.steps_per_iteration)
-            bar.set_postfix(sps=f"{(done - start) * agent.steps_per_iteration * seeds / elapsed:,.0f}",
-                            ret=f"{float(np.mean(metrics['episode_return'][-1])):.1f}")
+            bar.update(done * agent.steps_per_iteration - bar.n)  # what the pieces have not shown yet
+            bar.set_postfix({"sps": f"{(done - start) * agent.steps_per_iteration * seeds / elapsed:,.0f}",
+                             "ret": f"{float(np.mean(metrics['episode_return'][-1])):.1f}", **_postfix(metrics)})
         if on_chunk is not None:
             on_chunk(state, chunks, done)
+        if stopping:
+            break
     jax.block_until_ready(state)
     run_seconds = time.perf_counter() - t1
     if bar is not None:
@@ -468,6 +517,149 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=No
         state = sharded.local_state(state)  # this process's first device: a one-device-shaped state
     timing = between.timing() if hasattr(between, "timing") else {}
     return TrainResult(config, state, stacked, fr, compile_seconds, run_seconds, warnings=watch.notes(), timing=timing)
+
+
+_LOSS_SHOWN = 3  # at most this many losses in the bar's postfix
+
+
+def _postfix(metrics: Mapping[str, np.ndarray]) -> dict[str, str]:
+    """The bar's postfix beyond speed and return: the last iteration's losses (mean over seeds;
+    every metric named *loss, at most `_LOSS_SHOWN`) and the last periodic evaluation's return."""
+    out = {}
+    for name in sorted(n for n in metrics if n.endswith("loss"))[:_LOSS_SHOWN]:
+        out[name] = f"{float(np.mean(metrics[name][-1])):.3g}"
+    if "eval_return" in metrics:
+        done = np.flatnonzero(np.isfinite(metrics["eval_return"]).any(axis=1))
+        if done.size:
+            out["eval"] = f"{float(np.nanmean(metrics['eval_return'][done[-1]])):.1f}"
+    return out
+
+
+class _CompileNote:
+    """The line a run shows before its first chunk: "compiling ALGO on ENV …" with the seconds
+    so far (redrawn each second on a terminal), then how long it took and whether the programs
+    came from the persistent compilation cache (`rmtjax.cache`)."""
+
+    _counts = {"requests": 0, "hits": 0}
+    _listening = False
+    _active: "_CompileNote | None" = None
+
+    def __init__(self, what: str):
+        import sys
+        import threading
+
+        _CompileNote._listen()
+        self.what, self.out = what, sys.stderr
+        self.t0 = time.perf_counter()
+        self.before = dict(self._counts)
+        self.tty = bool(getattr(self.out, "isatty", lambda: False)())
+        self._stop = threading.Event()
+        self._print(f"compiling {what} …", end="" if self.tty else "\n")
+        self._thread = None
+        if self.tty:
+            self._thread = threading.Thread(target=self._tick, daemon=True)
+            self._thread.start()
+        _CompileNote._active = self
+
+    @classmethod
+    def stop_active(cls) -> None:
+        """Stop the ticking of a note whose run ended (by an error) before it compiled."""
+        note, cls._active = cls._active, None
+        if note is not None:
+            note._stop.set()
+            if note._thread is not None:
+                note._thread.join()
+                note._print("")  # end the ticking line
+
+    @classmethod
+    def _listen(cls) -> None:
+        if cls._listening:
+            return
+        cls._listening = True
+
+        def on_event(event: str, **_):
+            if event == "/jax/compilation_cache/compile_requests_use_cache":
+                cls._counts["requests"] += 1
+            elif event == "/jax/compilation_cache/cache_hits":
+                cls._counts["hits"] += 1
+
+        jax.monitoring.register_event_listener(on_event)
+
+    def _print(self, text: str, end: str = "\n") -> None:
+        print(text, end=end, file=self.out, flush=True)
+
+    def _tick(self) -> None:
+        while not self._stop.wait(1.0):
+            self._print(f"\rcompiling {self.what} … {time.perf_counter() - self.t0:.0f} s", end="")
+
+    def done(self) -> None:
+        _CompileNote._active = None
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        requests = self._counts["requests"] - self.before["requests"]
+        hits = self._counts["hits"] - self.before["hits"]
+        if not jax.config.jax_compilation_cache_dir:
+            said = "persistent compilation cache off"
+        elif requests == 0:
+            said = "nothing new to compile"
+        elif hits == requests:
+            said = "read from the persistent compilation cache"
+        elif hits:
+            said = f"{hits} of {requests} programs read from the persistent compilation cache"
+        else:
+            said = "not in the persistent compilation cache yet: kept there for the next identical run"
+        line = f"compiled {self.what} in {time.perf_counter() - self.t0:.1f} s ({said})"
+        self._print(f"\r{line:<{len(self.what) + 24}}" if self.tty else line)  # over the whole ticking line
+
+
+class _Pacer:
+    """Runs a chunk in pieces (calls of the same compiled chunk with a shorter length; the run is
+    the same bit for bit) so that the progress bar moves within a long chunk, where that costs
+    nothing measurable. A call steps only `length` of the chunk's iterations and skips the others
+    at a small cost, `skip` (measured once: a call stepping none). The first chunk is split
+    (its first sixteenth, then as below) only when `skip` is under `FIRST_BUDGET` seconds; a later
+    chunk into `k` pieces only where the (k-1) extra calls cost under `SHARE` of the chunk and
+    each piece takes at least `PIECE_SECONDS`."""
+
+    FIRST_BUDGET = 0.05
+    SHARE = 0.01
+    PIECE_SECONDS = 1.0
+
+    def __init__(self):
+        self.skip: float | None = None
+        self.per_iteration: float | None = None
+
+    def _call(self, chunk, state, start: int, length: int):
+        t = time.perf_counter()
+        state, metrics = chunk(state, np.int32(start), np.int32(length))
+        metrics = {k: v[:length] for k, v in jax.device_get(metrics).items()}  # waits for the piece
+        return state, metrics, time.perf_counter() - t
+
+    def run(self, chunk, state, done: int, length: int, chunk_len: int, bar, steps_per_iteration: int):
+        if self.skip is None:
+            state, _, self.skip = self._call(chunk, state, done, 0)  # steps nothing: the state is unchanged
+        pieces, t_total, at = [], 0.0, done
+        while at < done + length:
+            left = done + length - at
+            if self.per_iteration is None:
+                n = math.ceil(left / 16) if self.skip < self.FIRST_BUDGET and left >= 16 else left
+            else:
+                expected = self.per_iteration * left
+                k = max(1, min(1 + int(self.SHARE * expected / max(self.skip, 1e-9)),
+                               int(expected // self.PIECE_SECONDS)))
+                n = math.ceil(left / k)
+            state, metrics, seconds = self._call(chunk, state, at, n)
+            skipped = self.skip * (chunk_len - n) / chunk_len
+            self.per_iteration = max(seconds - skipped, 1e-9) / n
+            pieces.append(metrics)
+            at += n
+            t_total += seconds
+            if bar is not None and at < done + length:
+                bar.update(at * steps_per_iteration - bar.n)
+        if len(pieces) == 1:
+            return state, pieces[0]
+        return state, {k: np.concatenate([p[k] for p in pieces], axis=0) for k in pieces[0]}
 
 
 def make_policy(config: Config, state, seed: int = 0) -> Callable:
@@ -536,9 +728,40 @@ class RecurrentPolicy:
         return (action[0] if single else action), carry
 
 
-def load_policy(run_dir, seed: int = 0) -> Callable:
-    """`load_run(run_dir).policy(seed)`: a saved run's greedy policy as a jitted `obs -> action`."""
-    return load_run(run_dir).policy(seed)
+def load_policy(source, seed: int = 0, which: str = "last") -> Callable:
+    """A saved greedy policy as a jitted `obs -> action`: `source` is a run directory
+    (`load_run(source).policy(seed, which)`; `which="best"` takes the parameters of the seed's
+    best periodic evaluation, `train.eval_every`) or a single policy file written by
+    `export_policy` / `rmtjax export` (its own seed and parameters; `seed` and `which` were
+    chosen when it was written)."""
+    _check_which(which)
+    if isinstance(source, (str, os.PathLike)) and Path(source).is_file():
+        from rmtjax import policyfile
+
+        config, params, stats = policyfile.read(source)
+        return make_policy(config, policyfile.as_state(params, stats), 0)
+    return load_run(source).policy(seed, which)
+
+
+def export_policy(source, path, seed: int = 0, which: str = "last") -> Path:
+    """Write seed `seed`'s greedy policy of `source` (a run directory or a `TrainResult`) into
+    the single file `path` (`rmtjax.policyfile`; `rmtjax export RUN out.policy`); `which="best"`:
+    the parameters of its best periodic evaluation. `load_policy(path)` reads it back."""
+    from rmtjax import policyfile
+
+    result = load_run(source) if isinstance(source, (str, os.PathLike)) else source
+    seeds = result.config.train.num_seeds
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < seeds:
+        raise ConfigError(f"seed: expected an integer in [0, {seeds - 1}] (the run has {seeds} seed(s)), got {seed!r}")
+    state = _which_state(result.state, which)
+    pick = lambda x: np.asarray(jax.device_get(x))[seed]  # noqa: E731
+    stats = state.env_state.obs_stats
+    return policyfile.write(path, result.config, jax.tree.map(pick, state.params),
+                            None if stats is None else jax.tree.map(pick, stats))
+
+
+_check_which = evaluation.check_which
+_which_state = evaluation.which_state
 
 
 def _without_demonstrations(config: Config) -> Config:
@@ -631,41 +854,7 @@ def evaluate(source, episodes: int = 10, key: jax.Array | None = None, *, max_st
     limit = max_steps if max_steps is not None else (env.spec.max_episode_steps or 100_000)
     key = jax.random.key(0) if key is None else key
 
-    def start(obs_stats, key):
-        key, k_reset = jax.random.split(key)
-        obs, env_state = env.reset(k_reset, obs_stats=obs_stats)
-        zeros = jax.numpy.zeros(episodes, jax.numpy.float32)
-        return (obs, env_state, key, zeros, zeros.astype(jax.numpy.int32), zeros.astype(bool),
-                agent.initial_carry(episodes), jax.numpy.ones(episodes, bool))
-
-    def step_seed(params, c):
-        obs, env_state, key, returns, lengths, finished, carry, reset = c
-        key, k_act, k_env = jax.random.split(key, 3)
-        action, carry = agent.act_step(params, carry, obs, reset, k_act)  # a recurrent agent's memory in `carry`
-        obs, env_state, _, _, _, info = env.step(k_env, env_state, action, frozen=True)
-        reset = info["done"]
-        # each env's first episode counts: its statistics the moment it ends
-        first = (env_state.episodes_done > 0) & ~finished
-        returns = jax.numpy.where(first, env_state.last_return, returns)
-        lengths = jax.numpy.where(first, env_state.last_length, lengths)
-        return obs, env_state, key, returns, lengths, finished | first, carry, reset
-
-    def run(params, obs_stats, keys):
-        # the loop is over all seeds (one step of every seed per turn, until every seed's episodes
-        # have ended): a loop condition batched over seeds cannot hold a host env's callbacks
-        def running(c):
-            t, (*_, finished, _, _) = c
-            return (t < limit) & ~finished.all()
-
-        def step(c):
-            t, seeds = c
-            return t + 1, jax.vmap(step_seed)(params, seeds)
-
-        _, (_, env_state, _, returns, lengths, finished, *_) = jax.lax.while_loop(
-            running, step, (0, jax.vmap(start)(obs_stats, keys)))
-        returns = jax.numpy.where(finished, returns, env_state.episode_return)
-        lengths = jax.numpy.where(finished, lengths, env_state.episode_length)
-        return returns, lengths, finished
+    run = evaluation.greedy_runner(agent, env, episodes, limit)  # every seed one step per turn
 
     state = result.state
     keys = jax.random.split(key, config.train.num_seeds)

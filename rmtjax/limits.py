@@ -197,6 +197,20 @@ def _refuse_if_too_big(parts: dict[str, float], seeds: int, what: str, advice: s
                            f"({source}); {advice}")
 
 
+def user_stacklevel() -> int:
+    """The `stacklevel` for a `warnings.warn` made by the caller of this function that names the
+    first frame outside the rmtjax package: the user's line that started it, not the library's
+    (the warnings module then says it once per such line)."""
+    import os
+    import sys
+
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame, level = sys._getframe(2), 2  # the frame calling warnings.warn is level 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level if frame is not None else 2
+
+
 def check_total_steps(config, agent) -> None:
     """Warn when `train.total_steps` is not a whole number of iterations (it is rounded down)."""
     per = agent.steps_per_iteration
@@ -206,4 +220,5 @@ def check_total_steps(config, agent) -> None:
         choices = f"{done:,}" + (f" or {done + per:,}" if done + per <= 2**31 - 1 else "")
         warnings.warn(f"train.total_steps: {total:,} is not a multiple of the {per:,} env steps of one iteration; "
                       f"the run trains {agent.num_iterations:,} iteration(s) = {done:,} env steps per seed "
-                      f"(set train.total_steps: {choices} to say so)", ConfigWarning, stacklevel=3)
+                      f"(set train.total_steps: {choices} to say so)", ConfigWarning,
+                      stacklevel=user_stacklevel())

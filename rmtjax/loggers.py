@@ -91,7 +91,9 @@ def scalars(chunk: dict[str, np.ndarray], t: int) -> dict[str, float]:
     """The scalars of row `t` of a chunk (name -> [length, num_seeds]): every metric's mean over
     seeds as `<name>/mean`, each seed's `episode_return/seed_<k>`, and `env_steps`, `iteration`
     are added by the caller."""
-    out = {f"{name}/mean": float(np.mean(values[t])) for name, values in sorted(chunk.items())}
+    out = {f"{name}/mean": float(np.mean(values[t])) for name, values in sorted(chunk.items())
+           # eval_return/eval_length are NaN between periodic evaluations (train.eval_every): left out there
+           if not (name.startswith("eval_") and not np.isfinite(values[t]).any())}
     for s, value in enumerate(chunk["episode_return"][t]):
         out[f"episode_return/seed_{s}"] = float(value)
     return out

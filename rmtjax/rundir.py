@@ -122,6 +122,7 @@ def format_rows(chunk: dict[str, np.ndarray], first_iteration: int, columns: lis
     return "".join(line + "\n" for line in jsonl), buf.getvalue()
 
 
+_EVAL_COLUMNS = ("eval_return", "eval_length")  # NaN on iterations without a periodic evaluation
 LEVELS_DIR = "replay_levels"  # the hierarchical replay's host and disk levels at each checkpoint
 TIMING = "timing.jsonl"  # wall-clock seconds of host-side work between chunks, one line per chunk
 
@@ -397,6 +398,8 @@ class RunDir:
         for t in range(next(iter(chunk.values())).shape[0]):
             step = int(chunk["env_steps"][t, 0])
             for name in self._columns[len(_INDEX) if self.sweep is not None else 2:]:
+                if name in _EVAL_COLUMNS and not np.isfinite(chunk[name][t]).any():
+                    continue  # no periodic evaluation after this iteration (train.eval_every)
                 self._tb.add_scalar(f"{name}/mean", float(np.mean(chunk[name][t])), step)
             for s, value in enumerate(chunk["episode_return"][t]):
                 self._tb.add_scalar(f"episode_return/seed_{s}", float(value), step)
@@ -420,6 +423,7 @@ class RunDir:
             # signs that the run stopped learning (rmtjax.health); empty when there were none
             "warnings": list(getattr(result, "warnings", [])),
             "last_checkpoint": str(self.path / "checkpoints" / str(max(self.checkpoints.steps()))),
+            **_best_eval(result.state),
             "finished": _now(),
         }
         _write_atomic(self.path / "summary.json", json.dumps(summary, indent=2) + "\n")
@@ -440,6 +444,17 @@ class RunDir:
         if self._lock is not None:
             self._lock.close()  # closing the file releases the lock
             self._lock = None
+
+
+def _best_eval(state) -> dict:
+    """With periodic evaluation (`train.eval_every`): each seed's best evaluation return and the
+    iteration it followed (its parameters are in the checkpoint: load_policy(DIR, which="best"))."""
+    best = getattr(state, "best_return", None)
+    if best is None:
+        return {}
+    ret = [_json_number(x) for x in np.asarray(jax.device_get(best))]
+    return {"best_eval_return": ret,
+            "best_eval_iteration": [int(x) for x in np.asarray(jax.device_get(state.best_iteration))]}
 
 
 def _lock(path: Path):

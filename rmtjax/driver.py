@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping
 import jax
 import numpy as np
 
-from rmtjax import cache, distributed, health, limits, loggers, transfer
+from rmtjax import cache, distributed, doctor, health, limits, loggers, transfer
 from rmtjax.agents import build_agent
 from rmtjax.config import Config, ConfigError
 from rmtjax.envs import final_return
@@ -153,7 +153,7 @@ class Program:
     the run starts from (None: a fresh start, or only the state's shapes are wanted).
     """
 
-    def __init__(self, config: Config, source: "transfer.Source | None" = None):
+    def __init__(self, config: Config, source: "transfer.Source | None" = None, cells: int = 1):
         self.config = config
         self.agent = agent = build_agent(config)
         if not config.transfer.is_default or source is not None:
@@ -174,6 +174,8 @@ class Program:
         vstep = jax.vmap(distributed.reduced_step(config, agent.step), in_axes=(0, None))
         vinit, vstep = transfer.compose(config, agent, vinit, vstep, source)
         self.init, self.step = meta_controller.compose(config, agent, vinit, vstep)
+        # the training doctor's detectors (rmtjax.doctor) over the seeds, compared within each of `cells`
+        self.init, self.step = doctor.compose(config, agent, self.init, self.step, cells)
         self.sharded = distributed.sharded_run(config)
 
     @property
@@ -261,7 +263,7 @@ def train(config: Config | None, key: jax.Array | None = None, *, hparams: Mappi
     program = source = None
     if resume is None and config is not None:
         source = resolve_source(config, init_from)
-        program = Program(config, source)
+        program = Program(config, source, cells=1 if _sweep is None else len(config_cells(_sweep)))
         program.preflight(hparams)  # before a run directory is made
     run = _open_run(config, key, hparams, run_dir, resume, _sweep, source)
     if run is not None:
@@ -280,7 +282,7 @@ def train(config: Config | None, key: jax.Array | None = None, *, hparams: Mappi
         cells = 1 if sweep_info is None else len(config_cells(sweep_info))
         if program is None:  # a resumed run: its own config
             loggers.check_wandb(config)
-            program = Program(config, source)
+            program = Program(config, source, cells=cells)
             program.preflight(hparams)
         if config.train.wandb:
             logger = loggers.WandbLogger(config, run_id=None if run is None else run.wandb_id(),
@@ -405,6 +407,7 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=No
         bar = tqdm(total=n_iter * agent.steps_per_iteration, initial=done * agent.steps_per_iteration, unit="step",
                    unit_scale=True, desc=f"{config.algo} {config.env.id}", dynamic_ncols=True)
     watch = health.Watch()
+    doctor_watch = doctor.Watch(config, None if run is None else run.path)
     t1 = time.perf_counter()
     while done < n_iter:
         length = min(chunk_len, n_iter - done)
@@ -416,6 +419,7 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=No
         chunks.append(metrics)
         done += length
         watch.after_chunk(state, chunks)
+        doctor_watch.after_chunk(chunks)
         if run is not None:
             run.record(state, chunks, metrics, done, math.ceil(done / chunk_len), final=done >= n_iter)
         if logger is not None:
@@ -439,7 +443,7 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=No
     else:
         fr = sharded.final_return(state)
         state = sharded.local_state(state)  # this process's first device: a one-device-shaped state
-    return TrainResult(config, state, stacked, fr, compile_seconds, run_seconds, warnings=watch.notes())
+    return TrainResult(config, state, stacked, fr, compile_seconds, run_seconds, warnings=watch.notes() + doctor_watch.notes())
 
 
 def make_policy(config: Config, state, seed: int = 0) -> Callable:

@@ -272,7 +272,7 @@ def cmd_doctor(args) -> int:
         return 1
     found = doctor.findings(history, config)
     for f in found:
-        print(f.message)
+        print(f"{f.message} [held {f.evidence['iterations_held']} iteration(s)]")
     if not found:
         print(f"{args.run}: no findings")
     if args.plot:

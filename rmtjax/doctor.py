@@ -62,7 +62,7 @@ class DoctorConfig(Section):
     early_steps: int = param(50_000, lo=1, doc="early collapse: the window (env steps per seed) in which a "
                                                "fall of the return counts (the design's guide says 10k; the "
                                                "default leaves room for learning_starts)")
-    collapse_drop: float = param(0.4, lo=0.0, lo_open=True, doc="early collapse: the fall below the first "
+    collapse_drop: float = param(0.5, lo=0.0, lo_open=True, doc="early collapse: the fall below the first "
                                                                 "return, as a share of its size (at least 1)")
     q_ratio: float = param(10.0, lo=1.0, doc="value divergence: |Q| above this times the largest return size "
                                              "seen (at least 1)")
@@ -393,8 +393,9 @@ def _number(x) -> float | None:
 
 
 def findings(history: Mapping[str, np.ndarray], config=None) -> list[Finding]:
-    """Every finding in a run's metrics (name -> [iterations, seeds]): the first iteration of each
-    stretch in which a `doctor_*` finding holds, per seed, with its evidence there."""
+    """Every finding in a run's metrics (name -> [iterations, seeds]): per kind and seed, the first
+    iteration at which the `doctor_*` finding holds, with its evidence there and the number of
+    iterations it held in all."""
     out = []
     steps = history.get("env_steps")
     for kind in KINDS:
@@ -402,20 +403,22 @@ def findings(history: Mapping[str, np.ndarray], config=None) -> list[Finding]:
         if flag is None:
             continue
         flag = np.asarray(flag) > 0.5
-        starts = flag & ~np.concatenate([np.zeros_like(flag[:1]), flag[:-1]], axis=0)
-        for it, seed in zip(*np.nonzero(starts)):
+        for seed in np.flatnonzero(flag.any(axis=0)):
+            it = int(np.argmax(flag[:, seed]))
             ev = {name: _number(history[PREFIX + name][it, seed]) for name in KINDS[kind].evidence
                   if PREFIX + name in history}
+            ev["iterations_held"] = int(flag[:, seed].sum())
             env_steps = int(steps[it, seed]) if steps is not None else -1
-            out.append(Finding(kind, int(seed), int(it) + 1, env_steps, ev, message(kind, [int(seed)], int(it) + 1,
-                                                                                      env_steps, ev, config)))
+            out.append(Finding(kind, int(seed), it + 1, env_steps, ev,
+                               message(kind, [int(seed)], it + 1, env_steps, ev, config)))
     out.sort(key=lambda f: (f.iteration, f.seed, f.kind))
     return out
 
 
 def message(kind: str, seeds, iteration: int, env_steps: int, evidence: dict, config=None) -> str:
     """One line: what was seen, where, the likely cause and the config fields to change."""
-    shown = ", ".join(f"{k} {v:.4g}" if v is not None else f"{k} nan" for k, v in evidence.items())
+    shown = ", ".join(f"{k} {v:.4g}" if v is not None else f"{k} nan" for k, v in evidence.items()
+                      if k != "iterations_held")
     change = "; ".join(fixes(kind, config)) or "see docs/doctor.md"
     who = "seed " + ", ".join(str(s) for s in seeds)
     return (f"doctor: {kind.replace('_', ' ')} in {who} at iteration {iteration} (env step {env_steps:,}; {shown}): "

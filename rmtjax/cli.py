@@ -265,8 +265,10 @@ def cmd_notebooks(args) -> int:
 
 def cmd_doctor(args) -> int:
     from rmtjax import doctor
+    from rmtjax.config import load_config
 
-    history, config = doctor.read_metrics(args.run)
+    history, config_path = doctor.read_metrics(args.run)
+    config = None if config_path is None else load_config(config_path)  # to name the fields to change
     if not any(k.startswith(doctor.PREFIX) for k in history):
         print(f"{args.run}: no doctor metrics (the run had doctor.enabled: false, or predates the doctor)")
         return 1

@@ -461,19 +461,19 @@ class Watch:
 # -- reading a run back (rmtjax doctor RUN) ---------------------------------------------------------
 def read_metrics(path) -> tuple[dict[str, np.ndarray], Any]:
     """A run directory's (or a metrics.jsonl / metrics.csv file's) metrics as name -> [iterations,
-    seeds] float arrays, and the run's config when a config.yaml is beside them (else None). Data
-    only: nothing in the directory is run."""
+    seeds] float arrays, and the path of the run's config.yaml when one is beside them (else None).
+    Data only: nothing in the directory is run."""
     import csv
     from pathlib import Path
 
     from rmtjax import configfile
-    from rmtjax.config import ConfigError, load_config
+    from rmtjax.schema import ConfigError
 
     path = Path(path)
     config = None
     if path.is_dir():
         if (path / "config.yaml").is_file():
-            config = load_config(path / "config.yaml")
+            config = path / "config.yaml"
         for name in ("metrics.jsonl", "metrics.csv"):
             if (path / name).is_file():
                 path = path / name
@@ -481,7 +481,7 @@ def read_metrics(path) -> tuple[dict[str, np.ndarray], Any]:
         else:
             raise ConfigError(f"{path}: no metrics.jsonl or metrics.csv (not a run directory)")
     elif (path.parent / "config.yaml").is_file():
-        config = load_config(path.parent / "config.yaml")
+        config = path.parent / "config.yaml"
     text = configfile.read_text(path, ConfigError, limit=MAX_METRICS_BYTES)
     if path.suffix == ".csv":
         rows = [{k: (float(v) if v not in ("", None) else math.nan) for k, v in r.items()}

@@ -129,12 +129,17 @@ class DoctorTrainState:
             raise AttributeError(name)
         return getattr(self.inner, name)
 
-    def replace(self, **changes):
-        own = {k: changes.pop(k) for k in ("inner", "doctor") if k in changes}
-        inner = own.pop("inner", self.inner)
-        if changes:
-            inner = inner.replace(**changes)
-        return dataclasses.replace(self, inner=inner, **own)
+
+
+def _replace(self, **changes):
+    own = {k: changes.pop(k) for k in ("inner", "doctor") if k in changes}
+    inner = own.pop("inner", self.inner)
+    if changes:
+        inner = inner.replace(**changes)
+    return dataclasses.replace(self, inner=inner, **own)
+
+
+DoctorTrainState.replace = _replace  # set after the decorator, which installs its own `replace`
 
 
 def _f32(x):

@@ -235,3 +235,20 @@ def test_doctor_config_fields_are_checked_and_reading_other_files_is_refused(tmp
     assert main(["doctor", str(tmp_path)]) == 2
     assert main(["config", "doctor"]) == 0
     assert "q_ratio: float = 10.0" in capsys.readouterr().out
+
+
+def test_the_doctor_state_reads_and_writes_through_to_the_inner_state():
+    from flax import struct
+
+    @struct.dataclass
+    class Inner:
+        params: jax.Array
+        replay: jax.Array
+
+    s = doctor.DoctorTrainState(Inner(jnp.zeros(2), jnp.ones(3)), doctor.DoctorState.zeros())
+    assert s.replay.shape == (3,) and s.params.shape == (2,)
+    t = s.replace(replay=jnp.zeros(3))  # as the hierarchical replay's between-chunks sync does
+    assert isinstance(t, doctor.DoctorTrainState) and float(t.inner.replay.sum()) == 0.0
+    assert t.doctor is s.doctor and float(s.inner.replay.sum()) == 3.0
+    with pytest.raises(AttributeError):
+        s.nothing_here

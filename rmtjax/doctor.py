@@ -6,14 +6,16 @@ float32 scalars per seed (`DoctorState`, beside the agent's state like the meta 
 updated on the device at every iteration, and say what they see as metrics:
 
 - `doctor_early_collapse`: within `doctor.early_steps` env steps the smoothed return fell below
-  its first level (the smoothed return over the first `doctor.smoothing_steps`) by more than
-  `doctor.collapse_drop` of that level's size (at least 1); it holds while the return stays down;
+  its first level (the mean return over the first `doctor.smoothing_steps`, at least 4
+  iterations) by more than `doctor.collapse_drop` of that level's size (at least 1); it holds
+  while the return stays down;
 - `doctor_value_divergence`: the Q magnitude grew beyond `doctor.q_ratio` times the largest return
-  size seen (at least 1), or the value/TD loss beyond `doctor.value_growth` times its lowest level
-  (at least 1), or more than `doctor.skipped_share` of the updates were skipped (non-finite);
+  size seen (at least 1), or (agents that report no Q) the value loss beyond `doctor.value_growth`
+  times its lowest level (at least 1), or more than `doctor.skipped_share` of the updates were
+  skipped (non-finite);
 - `doctor_entropy_collapse` (agents with a discrete policy entropy): the entropy fell below
   `doctor.entropy_floor` of its maximum (and so did the exploration share, where reported) while
-  the return made no progress;
+  the return made no progress (an ε-greedy agent reports its greedy part's entropy, 0);
 - `doctor_exploration_stuck` (agents reporting an exploration share): the share of exploratory
   actions (ε, temperature) stayed at or below `doctor.explore_floor` with no return progress for
   `doctor.patience_steps` env steps;
@@ -128,7 +130,6 @@ class DoctorTrainState:
         if name in ("inner", "doctor") or name.startswith("__"):
             raise AttributeError(name)
         return getattr(self.inner, name)
-
 
 
 def _replace(self, **changes):

@@ -10,6 +10,7 @@
     rmtjax config [SECTION] [--algo A] [--env E] # every field: type, default (or the preset's value), range, doc
     rmtjax compare --algos A,B --envs E1,E2 [--seeds N] [--budget-seconds S] [--out DIR]
     rmtjax export RUN_DIR out.policy [--seed S] [--which last|best]   # one seed's policy in one file
+    rmtjax doctor RUN [--plot PATH]              # the training doctor's findings in a run (docs/doctor.md)
     rmtjax notebooks [DEST]                      # copy the example notebooks out of the package
 
 Both take `--allow-import MODULE` (repeatable): an env id `gymnasium:MODULE:EnvId` may then
@@ -231,6 +232,7 @@ def cmd_config(args) -> int:
     from rmtjax.agents import agent_config_class, available_algos
     from rmtjax.config import EnvConfig, TrainConfig
     from rmtjax.distributed import DistributedConfig
+    from rmtjax.doctor import DoctorConfig
     from rmtjax.meta.config import CurriculumConfig, MetaConfig
     from rmtjax.precision import PrecisionConfig
     from rmtjax.schema import ConfigError, close_matches, describe
@@ -238,7 +240,7 @@ def cmd_config(args) -> int:
 
     sections = {"env": EnvConfig, "train": TrainConfig, "agent": None, "precision": PrecisionConfig,
                 "meta": MetaConfig, "curriculum": CurriculumConfig, "distributed": DistributedConfig,
-                "transfer": TransferConfig}
+                "transfer": TransferConfig, "doctor": DoctorConfig}
     algo = args.algo or DEFAULT_ALGO
     wanted = args.section
     if wanted in available_algos():  # `rmtjax config sac`: that algorithm's agent section
@@ -356,6 +358,26 @@ def cmd_export(args) -> int:
     return 0
 
 
+def cmd_doctor(args) -> int:
+    from rmtjax import doctor
+    from rmtjax.config import load_config
+
+    history, config_path = doctor.read_metrics(args.run)
+    config = None if config_path is None else load_config(config_path)  # to name the fields to change
+    if not any(k.startswith(doctor.PREFIX) for k in history):
+        print(f"{args.run}: no doctor metrics (the run had doctor.enabled: false, or predates the doctor)")
+        return 1
+    found = doctor.findings(history, config)
+    for f in found:
+        print(f"{f.message} [held {f.evidence['iterations_held']} iteration(s)]")
+    if not found:
+        print(f"{args.run}: no findings")
+    if args.plot:
+        doctor.plot(history, found, args.plot)
+        print(f"wrote {args.plot}")
+    return 0
+
+
 def _show_warning(message, category, filename, lineno, file=None, line=None):
     print(f"rmtjax: warning: {message}", file=sys.stderr if file is None else file)
 
@@ -427,7 +449,7 @@ def main(argv=None) -> int:
                    help="let an env id gymnasium:MODULE:EnvId import MODULE (runs its code); repeatable")
     w.set_defaults(func=cmd_sweep)
     c = sub.add_parser("config", help="list every config field with its type, default, range and doc")
-    c.add_argument("section", nargs="?", help="env, train, agent, precision, meta, curriculum, distributed or transfer "
+    c.add_argument("section", nargs="?", help="env, train, agent, precision, meta, curriculum, distributed, transfer or doctor "
                                               "(or an algorithm name: its agent section); default: all")
     c.add_argument("--algo", help=f"whose agent section to list (default {DEFAULT_ALGO}); with --algo or --env "
                                   f"the values shown are that preset's")
@@ -464,6 +486,11 @@ def main(argv=None) -> int:
     x.add_argument("--allow-import", action="append", metavar="MODULE",
                    help="let an env id gymnasium:MODULE:EnvId import MODULE (runs its code); repeatable")
     x.set_defaults(func=cmd_export)
+    d = sub.add_parser("doctor", help="the training doctor's findings in a run directory (or a metrics file), "
+                                      "with their evidence and the config fields to change")
+    d.add_argument("run", help="a run directory, or a metrics.jsonl / metrics.csv file")
+    d.add_argument("--plot", metavar="PATH", help="also draw the signals the detectors used into PATH (.png, .pdf)")
+    d.set_defaults(func=cmd_doctor)
     n = sub.add_parser("notebooks", help="copy the example notebooks (shipped in the package) into a folder")
     n.add_argument("dest", nargs="?", default="rmtjax-notebooks", help="where (default ./rmtjax-notebooks)")
     n.set_defaults(func=cmd_notebooks)

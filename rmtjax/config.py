@@ -21,6 +21,7 @@ import yaml
 
 from rmtjax import configfile
 from rmtjax.distributed import DistributedConfig
+from rmtjax.doctor import DoctorConfig
 from rmtjax.meta.config import CurriculumConfig, MetaConfig, check_meta
 from rmtjax.precision import PrecisionConfig
 from rmtjax.schema import INT_MAX, ConfigError, Section, close_matches, param  # noqa: F401 (re-exported)
@@ -113,6 +114,7 @@ class Config:
     curriculum: CurriculumConfig = dataclasses.field(default_factory=CurriculumConfig)
     distributed: DistributedConfig = dataclasses.field(default_factory=DistributedConfig)
     transfer: TransferConfig = dataclasses.field(default_factory=TransferConfig)
+    doctor: DoctorConfig = dataclasses.field(default_factory=DoctorConfig)  # rmtjax.doctor
 
     def __post_init__(self):
         from rmtjax.agents import agent_class, agent_config_class
@@ -145,7 +147,7 @@ class Config:
 
         if not isinstance(data, Mapping):
             raise ConfigError(f"a config must be a mapping with keys algo, env, train, agent; got {type(data).__name__}")
-        top = {"algo", "env", "train", "agent", "precision", "meta", "curriculum", "distributed", "transfer"}
+        top = {"algo", "env", "train", "agent", "precision", "meta", "curriculum", "distributed", "transfer", "doctor"}
         for key in data:
             if key not in top:
                 raise ConfigError(f"unknown key {key}.{close_matches(str(key), top)}")
@@ -163,6 +165,7 @@ class Config:
             curriculum=CurriculumConfig.from_dict(data.get("curriculum")),
             distributed=DistributedConfig.from_dict(data.get("distributed")),
             transfer=TransferConfig.from_dict(data.get("transfer")),
+            doctor=DoctorConfig.from_dict(data.get("doctor")),
         )
 
     def to_dict(self) -> dict:
@@ -172,7 +175,9 @@ class Config:
                 "distributed": self.distributed.to_dict(),
                 # left out while it is the default: the config.yaml (and checkpoints) of a run without
                 # transfer are as they were before the section existed, so those runs still resume
-                **({} if self.transfer.is_default else {"transfer": self.transfer.to_dict()})}
+                **({} if self.transfer.is_default else {"transfer": self.transfer.to_dict()}),
+                # likewise the doctor's section while it is the default
+                **({} if self.doctor == DoctorConfig() else {"doctor": self.doctor.to_dict()})}
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
@@ -189,6 +194,7 @@ class Config:
         data = self.to_dict()
         data.setdefault("transfer", self.transfer.to_dict())
         data["train"] = self.train.to_dict()  # every field, those left out at their defaults included
+        data.setdefault("doctor", self.doctor.to_dict())
         for dotted, value in (overrides or {}).items():
             _set_dotted(data, dotted, value)
         try:
@@ -228,7 +234,7 @@ def _set_dotted(data: dict, dotted: str, value: Any) -> None:
     if parts == ["algo"]:
         data["algo"] = value
         return
-    sections = ("env", "train", "agent", "precision", "meta", "curriculum", "distributed", "transfer")
+    sections = ("env", "train", "agent", "precision", "meta", "curriculum", "distributed", "transfer", "doctor")
     if parts[0] not in sections or len(parts) < 2:
         raise ConfigError(f"unknown key {dotted}: a key is section.field with section one of "
                           f"{', '.join(sections)}.{close_matches(parts[0], sections) if parts[0] not in sections else ''}")

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping
 import jax
 import numpy as np
 
-from rmtjax import cache, distributed, evaluation, health, limits, loggers, transfer
+from rmtjax import cache, distributed, doctor, evaluation, health, limits, loggers, transfer
 from rmtjax.agents import build_agent
 from rmtjax.config import Config, ConfigError
 from rmtjax.envs import final_return
@@ -185,7 +185,7 @@ class Program:
     the run starts from (None: a fresh start, or only the state's shapes are wanted).
     """
 
-    def __init__(self, config: Config, source: "transfer.Source | None" = None):
+    def __init__(self, config: Config, source: "transfer.Source | None" = None, cells: int = 1):
         self.config = config
         self.agent = agent = build_agent(config)
         if not config.transfer.is_default or source is not None:
@@ -206,6 +206,8 @@ class Program:
         vstep = _over_seeds(distributed.reduced_step(config, agent.step), seeds)
         vinit, vstep = transfer.compose(config, agent, vinit, vstep, source)
         self.init, self.step = meta_controller.compose(config, agent, vinit, vstep)
+        # the training doctor's detectors (rmtjax.doctor) over the seeds, compared within each of `cells`
+        self.init, self.step = doctor.compose(config, agent, self.init, self.step, cells)
         if evaluation.is_active(config):  # periodic greedy evaluation, outermost (rmtjax.evaluation)
             self.init, self.step = evaluation.compose(config, agent, self.init, self.step)
         self.sharded = distributed.sharded_run(config)
@@ -300,7 +302,7 @@ def train(config: Config | None, key: "jax.Array | int | None" = None, *, hparam
     program = source = None
     if resume is None and config is not None:
         source = resolve_source(config, init_from)
-        program = Program(config, source)
+        program = Program(config, source, cells=1 if _sweep is None else len(config_cells(_sweep)))
         program.preflight(hparams)  # before a run directory is made
     logger = None
     if resume is None and config is not None and config.train.wandb:
@@ -329,7 +331,7 @@ def train(config: Config | None, key: "jax.Array | int | None" = None, *, hparam
         cells = 1 if sweep_info is None else len(config_cells(sweep_info))
         if program is None:  # a resumed run: its own config
             loggers.check_wandb(config, run.path)
-            program = Program(config, source)
+            program = Program(config, source, cells=cells)
             program.preflight(hparams)
         if config.train.wandb and logger is None:
             logger = loggers.WandbLogger(config, run_id=None if run is None else run.wandb_id(),
@@ -475,6 +477,7 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=No
         bar = tqdm(total=n_iter * agent.steps_per_iteration, initial=done * agent.steps_per_iteration, unit="step",
                    unit_scale=True, desc=f"{config.algo} {config.env.id}", dynamic_ncols=True)
     watch = health.Watch()
+    doctor_watch = doctor.Watch(config, None if run is None else run.path)
     t1 = time.perf_counter()
     while done < n_iter:
         length = min(chunk_len, n_iter - done)
@@ -489,6 +492,7 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=No
         chunks.append(metrics)
         done += length
         watch.after_chunk(state, chunks)
+        doctor_watch.after_chunk(chunks)
         stopping = stop is not None and done < n_iter and bool(stop(time.perf_counter() - t1))
         if run is not None:
             run.record(state, chunks, metrics, done, math.ceil(done / chunk_len), final=done >= n_iter or stopping)
@@ -516,7 +520,8 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=No
         fr = sharded.final_return(state)
         state = sharded.local_state(state)  # this process's first device: a one-device-shaped state
     timing = between.timing() if hasattr(between, "timing") else {}
-    return TrainResult(config, state, stacked, fr, compile_seconds, run_seconds, warnings=watch.notes(), timing=timing)
+    return TrainResult(config, state, stacked, fr, compile_seconds, run_seconds, warnings=watch.notes() + doctor_watch.notes(),
+                       timing=timing)
 
 
 _LOSS_SHOWN = 3  # at most this many losses in the bar's postfix

@@ -66,7 +66,7 @@ def _parts(shapes) -> dict[str, float]:
     parts: dict[str, float] = {}
     for path, leaf in jax.tree_util.tree_flatten_with_path(shapes)[0]:
         names = [getattr(k, "name", getattr(k, "key", None)) for k in path]
-        names = [str(n) for n in names if n is not None and n != "agent"]
+        names = [str(n) for n in names if n is not None and n not in ("agent", "inner")]  # the meta and doctor wrappers
         name = names[0] if names else "state"
         parts[name] = parts.get(name, 0.0) + tree_bytes(leaf)
     return parts

@@ -94,7 +94,10 @@ class Signals:
     `episode_return`: mean return of the envs' last completed episodes (0 before the first);
     `episodes`: episodes completed this iteration; `value_loss`: the value (TD, critic) loss, 0
     where no gradient step was taken; `entropy`: the policy's entropy; `explore`: the share of
-    exploratory actions (or the entropy over its maximum). None: the agent has no such signal.
+    exploratory actions (or the entropy over its maximum); `q_magnitude`: the size of the value
+    estimates (e.g. the mean Q of the iteration's minibatches, 0 where none was taken);
+    `skipped_frac`: the share of the iteration's updates the precision guard skipped as non-finite.
+    None: the agent has no such signal. The training doctor (`rmtjax.doctor`) reads all of them.
     """
 
     episode_return: jax.Array
@@ -102,10 +105,13 @@ class Signals:
     value_loss: jax.Array | None = None
     entropy: jax.Array | None = None
     explore: jax.Array | None = None
+    q_magnitude: jax.Array | None = None
+    skipped_frac: jax.Array | None = None
 
     def present(self) -> tuple[str, ...]:
         """The optional signals this agent reports (static: fixed by the agent)."""
-        return tuple(n for n in ("value_loss", "entropy", "explore") if getattr(self, n) is not None)
+        return tuple(n for n in ("value_loss", "entropy", "explore", "q_magnitude", "skipped_frac")
+                     if getattr(self, n) is not None)
 
 
 @struct.dataclass

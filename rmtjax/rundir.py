@@ -7,6 +7,7 @@
     DIR/checkpoints/     orbax checkpoints at chunk boundaries (`rmtjax.checkpoint`)
     DIR/tensorboard/     TensorBoard events, with `train.tensorboard: true`
     DIR/summary.json     written when the run finishes
+    DIR/doctor.jsonl     the training doctor's findings (`rmtjax.doctor`), rewritten after each chunk
     DIR/transfer_source.npz   a run started from another's parameters (`init_from`): them, mapped to
                          this run's seeds (what, from where and their SHA-256: run.json's `init_from`)
     DIR/unusable_checkpoints/   damaged checkpoints a resume stepped over (kept for a look)
@@ -47,7 +48,7 @@ _RUN_FILES = ("config.yaml", "run.json", "metrics.jsonl", "metrics.csv", "checkp
               "transfer_source.npz")
 # what a run writes besides: a new run refuses a directory holding any of these too
 _RUN_EXTRAS = (".lock", "unusable_checkpoints", "tensorboard", "sweep.csv", "heatmap.png", "replay_levels",
-               "replay_disk", "timing.jsonl")
+               "replay_disk", "timing.jsonl", "doctor.jsonl")
 # the columns that lead every row, in this order; the other metrics follow sorted by name
 _LEADING = ("iteration", "seed", "env_steps", "episode_return", "episode_length", "episode_count")
 

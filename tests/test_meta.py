@@ -322,7 +322,7 @@ def test_curriculum_stages_advance_at_their_thresholds():
 def test_mode_off_runs_the_agents_own_step_bit_for_bit():
     from rmtjax.driver import _masked_chunk
 
-    cfg = small(**{"train.num_chunks": 1})
+    cfg = small(**{"train.num_chunks": 1, "doctor.enabled": False})  # the doctor's layer off too
     result = rmtjax.train(cfg, jax.random.key(1))
     agent = build_agent(cfg)
     n = agent.num_iterations

@@ -289,7 +289,8 @@ class PPO(Agent):
         entropy = metrics["entropy"]
         explore = entropy / self.max_entropy if self.max_entropy else None  # no ε: the entropy's share of its maximum
         return Signals(episode_return=metrics["episode_return"], episodes=metrics["episode_count"],
-                       value_loss=metrics["value_loss"], entropy=entropy, explore=explore)
+                       value_loss=metrics["value_loss"], entropy=entropy, explore=explore,
+                       skipped_frac=metrics["skipped_frac"])
 
     def learner(self, state: PPOState) -> Learner:
         return Learner(params=state.params, opt_state=state.opt_state)

@@ -272,7 +272,8 @@ class PQN(Agent):
     # -- the protocol --------------------------------------------------------------------------
     def signals(self, metrics) -> Signals:
         return Signals(episode_return=metrics["episode_return"], episodes=metrics["episode_count"],
-                       value_loss=metrics["loss"], explore=metrics["nongreedy_frac"])
+                       value_loss=metrics["loss"], explore=metrics["nongreedy_frac"],
+                       q_magnitude=metrics["q_max_mean"], skipped_frac=metrics["skipped_frac"])
 
     def learner(self, state: PQNState) -> Learner:
         return Learner(params=state.params, opt_state=state.opt_state)

@@ -459,8 +459,9 @@ class RMT(Agent):
 
     def signals(self, metrics) -> Signals:
         return Signals(episode_return=metrics["episode_return"], episodes=metrics["episode_count"],
-                       value_loss=metrics["loss"], entropy=metrics["policy_entropy"],
-                       explore=metrics["nongreedy_frac"])
+                       value_loss=metrics["loss"], explore=metrics["nongreedy_frac"],
+                       entropy=metrics["policy_entropy"] if self.cfg.exploration == "eps_boltzmann" else None,
+                       q_magnitude=metrics["q_mean"], skipped_frac=metrics["skipped_frac"])
 
     def learner(self, state: RMTState) -> Learner:
         return Learner(params=state.params, opt_state=state.opt_state, target=state.target_params,

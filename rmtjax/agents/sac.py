@@ -309,7 +309,8 @@ class SAC(Agent):
     # -- the protocol --------------------------------------------------------------------------
     def signals(self, metrics) -> Signals:
         return Signals(episode_return=metrics["episode_return"], episodes=metrics["episode_count"],
-                       value_loss=metrics["critic_loss"], entropy=metrics["entropy"])
+                       value_loss=metrics["critic_loss"], entropy=metrics["entropy"], q_magnitude=metrics["q_mean"],
+                       skipped_frac=metrics["skipped_frac"])
 
     def learner(self, state: SACState) -> Learner:
         return Learner(params=state.params, opt_state=state.opt_state, target=state.target_critic,

@@ -9,9 +9,10 @@ steps, lr 2.5e-4, hard target update every 500 env steps (50 gradient steps), ε
 the first half, 120-84 ReLU MLP, squared loss, no gradient clipping. **RMT** — the same envs,
 replay ratio, batch, buffer, warm-up, lr, target period and ε schedule with every RMT component
 on (tiered replay, ε+Boltzmann exploration, 3-step Double-DQN targets, Huber loss, dueling head,
-128-wide fractal torso with LayerNorm, clipping); `rmt-64`: the same with a 64-wide fractal
-torso; `rmt-mlp`: every component but the torso, which is the DQN's 120-84 MLP (with LayerNorm),
-so the row measures RMT's machinery at the DQN's arithmetic. **PPO** — rmtjax's CartPole preset
+its CartPole preset's torso (since the redesign one 64-wide fractal block with LayerNorm),
+clipping); `rmt-64`: two 64-wide fractal blocks; `rmt-mlp`: every component but the torso,
+which is the DQN's 120-84 MLP with LayerNorm; `rmt-dqnnet`: the DQN's very network (120-84, no
+LayerNorm), so the row measures RMT's machinery at the DQN's arithmetic. **PPO** — rmtjax's CartPole preset
 against the reference PPO at the same settings.
 
 Every program is compiled apart from its run (`jit(...).lower(...).compile()`), the seeds
@@ -48,6 +49,8 @@ ROWS = {
     "rmt-64": ("rmt", {**DQN_SETTINGS, "agent.hidden": [64, 64]}),
     # every RMT component but the torso: the DQN's 120-84 MLP (with LayerNorm) instead of the fractal one
     "rmt-mlp": ("rmt", {**DQN_SETTINGS, "agent.torso": "mlp", "agent.hidden": [120, 84]}),
+    # RMT's machinery (tiered replay, ε+Boltzmann, 3-step Double-DQN, dueling, Huber, clip) on the DQN's very network
+    "rmt-dqnnet": ("rmt", {**DQN_SETTINGS, "agent.torso": "mlp", "agent.hidden": [120, 84], "agent.layer_norm": False}),
     "ppo": ("ppo", {}),
 }
 

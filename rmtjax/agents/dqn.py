@@ -125,7 +125,7 @@ class DQN(Agent):
         c = self.cfg
         self.nets = per_dtype(self._q_network, self.precision.dtypes)
         self.net = self.nets[jnp.dtype(jnp.float32)]
-        self.num_updates = max(1, round(c.updates_per_step * config.env.num_envs * c.rollout_len))
+        self.num_updates = qlearn.updates_per_iteration(c, config.env)
         self.tx = self.guarded(qlearn.optimizer(c.optimizer, c.lr))
         self.local_batch = c.batch_size // self.shards
         self.local_envs = config.env.num_envs // self.shards

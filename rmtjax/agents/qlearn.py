@@ -25,6 +25,11 @@ def optimizer(name: str, lr: float):
     return optax.inject_hyperparams(inner)(learning_rate=lr)
 
 
+def updates_per_iteration(c, env) -> int:
+    """Gradient updates per iteration of the agent section `c`: its replay ratio × the env steps."""
+    return max(1, round(c.updates_per_step * env.num_envs * c.rollout_len))
+
+
 # -- n-step transitions ------------------------------------------------------------------------
 @struct.dataclass
 class NStepWindow:

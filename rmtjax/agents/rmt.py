@@ -1,25 +1,20 @@
-"""The RMT agent: value-based learning with tiered replay keyed on |TD error|, ε-greedy mixed with
-Boltzmann exploration at an entropy-driven temperature, and a fractal residual torso.
+"""The RMT agent (Residual, Meta-controlled, Tiered): value-based learning with tiered replay keyed
+on |TD error|, ε-greedy mixed with Boltzmann exploration at an entropy-driven temperature, and a
+fractal residual torso. One iteration, top to bottom (`step`):
 
-One iteration, top to bottom (`step`):
-1. **act**: `rollout_len` steps of every env; one forward pass per step gives Q, the action is
-   ε-greedy over a Boltzmann draw whose temperature moves towards a target policy entropy; the
-   steps become n-step transitions (`rmtjax.agents.qlearn`: cut at the first episode end,
-   bootstrapping through a truncation, never through a termination);
-2. **store**: the transitions go into the replay as they are: no forward pass at insertion. In
-   the tiered replay (`rmtjax.replay.ranked`: one FIFO ring, tiers by exact rank of each item's
-   last |TD|) a new item counts as the hottest until it is first learned from;
-3. **learn** (once `learning_starts` env steps are done; the clock `t` is the same for every
-   seed, so this is a real branch): `num_updates` guarded gradient steps, each on a minibatch
-   drawn across the hot/warm/cold tiers with importance weights, n-step (Double-)DQN targets,
-   Huber or squared loss; the drawn items' new |TD| are written back, and every `rank_every`
-   updates the ring is ranked into tiers again (top-k on the device); the target network follows.
+1. **act**: `rollout_len` steps of every env, one forward pass each; ε-greedy over a Boltzmann
+   draw whose temperature moves towards a target entropy; n-step transitions (`qlearn`: cut at
+   an episode's end, bootstrapping through a truncation, never through a termination);
+2. **store**: no forward pass at insertion: in the tiered replay (`rmtjax.replay.ranked`: one
+   FIFO ring, tiers by exact rank of each item's last |TD|) a new item is hottest until drawn;
+3. **learn** (once `learning_starts` env steps are done; `t` is the same for every seed, so a
+   real branch): `num_updates` guarded steps on minibatches drawn across the tiers with
+   importance weights, n-step (Double-)DQN targets; the drawn items' |TD| are written back, the
+   ring is re-ranked every `rank_every` updates (top-k on the device), the target follows.
 
-Networks compute in the precision policy's dtype. The default torso is the fractal residual
-one (`x + f1(x) + f2(f1(x))`), convolutional on image observations. With `distributed.devices`
-D > 1 each device acts in `num_envs / D` envs, holds `buffer_size / D` of the replay and draws
-`batch_size / D` of each minibatch; the guard fuses the gradients. Continuous actions are
-`bins` values per dimension, one head each, Q(s, a) = mean_d Q_d(s, a_d).
+The torso is fractal (`x + f1(x) + f2(f1(x))`, 3×3 convolutions on images). On D devices each
+holds `num_envs / D` envs, `buffer_size / D` of the replay, `batch_size / D` of a minibatch; the
+guard fuses the gradients. Continuous actions: `bins` values per dimension, Q = mean_d Q_d.
 """
 
 from __future__ import annotations
@@ -72,9 +67,8 @@ class RMTConfig(Section, HierOptions, DemoOptions):
     max_grad_norm: float = param(0.5, lo=0.0, doc="global-norm gradient clip (see precision.clip_decay_to); 0: none")
     # network
     torso: str = param("fractal", choices=TORSOS + RNN_TORSOS,
-                       doc="fractal (residual blocks x + f1(x) + f2(f1(x)); on images 3×3 convolutions), mlp, "
-                           "residual, cnn (the MinAtar CNN), nature_cnn; lstm or gru: dense layers, then a recurrent "
-                           "cell of width rnn_width learning from stored sequences (R2D2; replay: uniform, n_step: 1)")
+                       doc="fractal (x + f1(x) + f2(f1(x)) blocks; 3×3 convolutions on images), mlp, residual, cnn, "
+                           "nature_cnn; lstm | gru: recurrent, from stored sequences (R2D2; uniform replay, n_step 1)")
     hidden: tuple[int, ...] = param((64,), lo=1, doc="MLP widths; (width,) × blocks for fractal/residual (on images: "
                                                      "blocks of 16 channels, then a dense layer of width)")
     activation: str = param("relu", choices=("relu", "tanh", "gelu", "silu", "elu"))
@@ -86,10 +80,9 @@ class RMTConfig(Section, HierOptions, DemoOptions):
     burn_in: int = param(4, lo=0, doc="torso: lstm | gru: leading steps of a sequence that only refresh its state")
     # replay
     replay: str = param("tiered", choices=("tiered", "uniform", "prioritized", "hierarchical"),
-                        doc="tiered: hot/warm/cold by exact rank of |TD| over one FIFO ring (rmtjax.replay.ranked); "
-                            "uniform; prioritized (sum tree); hierarchical: beyond device memory (options below)")
-    tier_fractions: tuple[float, ...] = param((0.01, 0.1, 0.89), lo=0.0, hi=1.0, doc="hot/warm/cold shares of the "
-                                                                                      "items, by rank of |TD|")
+                        doc="tiered: hot/warm/cold by rank of |TD| over one FIFO ring; uniform; prioritized; "
+                            "hierarchical: beyond device memory (rmtjax.replay.hier_options)")
+    tier_fractions: tuple[float, ...] = param((0.01, 0.1, 0.89), lo=0.0, hi=1.0, doc="hot/warm/cold shares of items")
     tier_proportions: tuple[float, ...] = param((0.25, 0.35, 0.4), lo=0.0, hi=1.0, doc="hot/warm/cold sampling shares")
     rank_every: int = param(16, lo=1, doc="tiered: gradient updates between re-rankings of the ring (a top-k)")
     priority_alpha: float = param(0.6, lo=0.0, hi=1.0, doc="prioritized replay exponent")
@@ -129,7 +122,7 @@ class RMTConfig(Section, HierOptions, DemoOptions):
         if train.total_steps < per_iter:
             raise ConfigError(f"train.total_steps: {train.total_steps} is less than one iteration ({per_iter})")
         if self.replay == "hierarchical":
-            hier_options.check(self, per_iter, updates_per_iteration(self, env))
+            hier_options.check(self, per_iter, qlearn.updates_per_iteration(self, env))
         if self.torso in RNN_TORSOS:
             qlearn.check_recurrent(self, env)
         if self.torso in ("cnn", "nature_cnn"):
@@ -141,10 +134,6 @@ class RMTConfig(Section, HierOptions, DemoOptions):
             if self.demonstrations and getattr(env, flag):
                 raise ConfigError(f"agent.demonstrations: env.{flag} is on; demonstrations hold raw observations "
                                   f"and rewards, which running statistics would not match")
-
-
-def updates_per_iteration(c, env) -> int:
-    return max(1, round(c.updates_per_step * env.num_envs * c.rollout_len))
 
 
 @struct.dataclass
@@ -180,9 +169,7 @@ class RMTState:
 
 
 @struct.dataclass
-class Schedule:
-    """The numbers an iteration runs with, from the hyperparameters and the share of training done."""
-
+class Schedule:  # the numbers an iteration runs with, from the hyperparameters and the share of training done
     progress: jax.Array
     epsilon: jax.Array
     entropy_frac: jax.Array
@@ -207,7 +194,7 @@ class RMT(Agent):
             self.action_values = qlearn.bin_values(spec, c.bins)
         self.nets = per_dtype(self._q_network, self.precision.dtypes)  # one module per compute dtype
         self.net = self.nets[jnp.dtype(jnp.float32)]
-        self.num_updates = updates_per_iteration(c, config.env)
+        self.num_updates = qlearn.updates_per_iteration(c, config.env)
         self.tx = self.guarded(qlearn.optimizer(c.optimizer, c.lr))  # the clip: in the guard
         self.local_batch = c.batch_size // self.shards  # this device's share of a minibatch and of the envs
         self.local_envs = config.env.num_envs // self.shards
@@ -223,7 +210,9 @@ class RMT(Agent):
         if not c.demonstrations:
             return replay
         def load():  # when a training program is traced; an agent built only to act never reads the file
-            return self._demo_transitions(mixer.load_for(c.demonstrations, self.config.env, self.spec))
+            raw = mixer.load_for(c.demonstrations, self.config.env, self.spec)
+            action = qlearn.nearest_bins(raw["action"], self.action_values) if self.per_dim else raw["action"]
+            return mixer.as_transitions(raw, action, c.n_step, self.spec.obs_dtype)
 
         return DemoMixer(replay, load, c, self.local_batch)
 
@@ -253,41 +242,26 @@ class RMT(Agent):
         return self.config.env.num_envs * (self.cfg.n_step - 1)  # `init` fills the n-step window
 
     @property
-    def first_learning_iteration(self) -> int:
-        """The first iteration that updates: the one after which `learning_starts` env steps are done."""
+    def first_learning_iteration(self) -> int:  # the one after which `learning_starts` env steps are done
         return self.first_iteration_with(self.cfg.learning_starts)
 
-    def between_chunks(self, seeds: int, run_dir=None, seed: int = 0):
-        """agent.replay: hierarchical: the host and disk levels the driver syncs between chunks."""
+    def between_chunks(self, seeds: int, run_dir=None, seed: int = 0):  # hierarchical: the host levels
         if self.cfg.replay != "hierarchical":
             return None
         return hier_options.host_levels(self.cfg, self.num_updates, seeds, run_dir, seed)
 
     # -- Q values ------------------------------------------------------------------------------
-    def q_values(self, params, obs, dtype=jnp.float32):
-        """Q of every action [B, A] (or [B, D, bins]), float32, the network computing in `dtype`."""
+    def q_values(self, params, obs, dtype=jnp.float32):  # [B, A] or [B, D, bins], float32; computed in `dtype`
         return self.nets[jnp.dtype(dtype)].apply(params, obs)
 
-    def env_action(self, action):
-        """Bin indices -> env actions (continuous); identity for discrete."""
+    def env_action(self, action):  # bin indices -> env actions (continuous); identity for discrete
         return qlearn.bins_to_env(action, self.action_values, self.spec.action_shape) if self.per_dim else action
 
-    def act(self, params, obs, key=None):
-        """Greedy action (env units)."""
+    def act(self, params, obs, key=None):  # the greedy action, in env units
         return self.greedy(self.q_values(params, obs))
 
     def greedy(self, q):
         return self.env_action(jnp.argmax(q, axis=-1))
-
-    def _demo_transitions(self, raw: dict) -> dict:
-        """Demonstrations in the replay's layout: one-step, continuous actions at their nearest bins."""
-        n = raw["obs"].shape[0]
-        action = qlearn.nearest_bins(raw["action"], self.action_values) if self.per_dim else raw["action"]
-        rewards = jnp.zeros((n, self.cfg.n_step), jnp.float32).at[:, 0].set(raw["reward"])
-        return {"obs": jnp.asarray(raw["obs"], self.spec.obs_dtype), "action": jnp.asarray(action),
-                "rewards": rewards, "steps": jnp.ones((n,), jnp.int32),
-                "boot_obs": jnp.asarray(raw["next_obs"], self.spec.obs_dtype),
-                "terminated": jnp.asarray(raw["terminated"])}
 
     # -- one iteration ---------------------------------------------------------------------------
     def init(self, key, hparams=None) -> RMTState:
@@ -353,8 +327,7 @@ class RMT(Agent):
                              key_share=stats["top_td_share"], precision=prec_state, key=key), metrics
 
     def _act(self, state: RMTState, sched: Schedule, key):
-        """`rollout_len` steps of every env: (obs, env_state, window, log_temperature, hold) after
-        them, the emitted transitions [T*N, ...] and the exploration statistics [T]."""
+        """`rollout_len` steps of every env: the carry after them, the transitions [T*N, ...], stats [T]."""
         c, hp = self.cfg, state.hparams
         boltzmann = c.exploration == "eps_boltzmann"
 
@@ -377,8 +350,7 @@ class RMT(Agent):
         return carry, jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), new), info
 
     def _learn(self, learner, t, key, sched: Schedule, hp: RMTHParams, key_share):
-        """`num_updates` guarded gradient steps of iteration `t`, each: draw, step, write-back,
-        re-rank when due, target update. Returns the learner tuple and the iteration's statistics."""
+        """`num_updates` guarded steps of iteration `t`: (learner tuple, the iteration's statistics)."""
         c = self.cfg
         first = (t - self.first_learning_iteration) * self.num_updates  # run-wide number of the first update
         keys = jax.random.split(key, self.num_updates + 1)
@@ -411,8 +383,7 @@ class RMT(Agent):
 
     def gradient_step(self, params, target_params, opt_state, prec_state, batch, weight, gamma, clip,
                       temperature=None):
-        """One guarded (on several devices, fused) step on a minibatch with importance weights
-        [B]: a `rmtjax.precision.Step` whose `aux` is (TD errors, Q of the taken actions)."""
+        """One guarded step on a minibatch with weights [B]; `aux` is (TD errors, Q of the actions)."""
         c = self.cfg
         margin = "demo" in batch and c.demo_margin > 0
 
@@ -430,9 +401,8 @@ class RMT(Agent):
                                    penalty=self.transfer_penalty(opt_state, batch["obs"], temperature))
 
     def pretrain(self, state: RMTState, key):
-        """DQfD's pre-training: `demo_pretrain` guarded steps on minibatches of demonstrations
-        alone (weight 1, the margin loss when `demo_margin` > 0), the target network following,
-        at the initial lr and clip. Returns the state and the loss of every step."""
+        """DQfD's pre-training: `demo_pretrain` guarded steps on demonstrations alone (weight 1);
+        returns the state and each step's loss."""
         c, hp = self.cfg, state.hparams
         clip = self.precision.clip_threshold(hp.max_grad_norm, jnp.float32(0.0))
         weight = jnp.ones((self.local_batch,), jnp.float32)
@@ -471,12 +441,10 @@ class RMT(Agent):
         return state.replace(params=learner.params, opt_state=learner.opt_state, target_params=learner.target,
                              log_temperature=learner.extra["log_temperature"])
 
-    def param_groups(self, params):
-        """torso/<module> (each layer or block of the torso), head/<module> (advantage, value)."""
+    def param_groups(self, params):  # torso/<layer or block>, head/<advantage | value>
         return jax.tree_util.tree_map_with_path(lambda path, _: f"{path[1].key}/{path[2].key}", params)
 
     def policy_distribution(self, params, obs, dtype=jnp.float32, temperature=None):
-        """softmax(Q / temperature) over each action (per dimension for binned actions): the
-        Boltzmann policy RMT acts with, without its ε share."""
+        """softmax(Q / temperature) per action dimension: RMT's Boltzmann policy without its ε share."""
         q = self.q_values(params, obs, dtype)
         return Categorical(q if temperature is None else q / temperature)

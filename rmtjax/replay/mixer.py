@@ -138,3 +138,13 @@ def load_for(text: str, env_cfg, spec) -> dict:
                                action_shape=spec.action_shape, action_low=spec.action_low,
                                action_high=spec.action_high, reward_scale=env_cfg.reward_scale,
                                reward_clip=env_cfg.reward_clip)
+
+
+def as_transitions(raw: dict, action, n_step: int, obs_dtype) -> dict:
+    """Demonstrations (`rmtjax.replay.demonstrations.load`) in the value agents' replay layout,
+    with `action` as the agent stores it: one-step (`steps` 1, the reward first in `rewards`)."""
+    n = raw["obs"].shape[0]
+    return {"obs": jnp.asarray(raw["obs"], obs_dtype), "action": jnp.asarray(action),
+            "rewards": jnp.zeros((n, n_step), jnp.float32).at[:, 0].set(raw["reward"]),
+            "steps": jnp.ones((n,), jnp.int32), "boot_obs": jnp.asarray(raw["next_obs"], obs_dtype),
+            "terminated": jnp.asarray(raw["terminated"])}

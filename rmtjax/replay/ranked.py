@@ -140,7 +140,9 @@ def live(state: RankedState) -> jax.Array:
 
 
 def add(state: RankedState, batch: Any) -> RankedState:
-    """Write a batch (leading axis B <= capacity) at the cursor, overwriting the oldest; its |TD| is +inf."""
+    """Write a batch (leading axis B <= capacity) at the cursor, overwriting the oldest; its |TD| is
+    +inf (hottest until scored), or 0 for an item holding a non-finite number (a NaN reward or
+    observation): such an item is never ranked hot, so it cannot keep poisoning minibatches."""
     capacity = state.capacity
     sizes = {jnp.shape(x)[0] for x in jax.tree.leaves(batch)}
     if len(sizes) != 1:
@@ -152,10 +154,20 @@ def add(state: RankedState, batch: Any) -> RankedState:
     data = jax.tree.map(lambda buf, x: buf.at[slots].set(jnp.asarray(x).astype(buf.dtype)), state.data, batch)
     return state.replace(
         data=data,
-        td=state.td.at[slots].set(jnp.inf),
+        td=state.td.at[slots].set(jnp.where(_finite_rows(batch, b), jnp.inf, 0.0)),
         cursor=(state.cursor + b) % capacity,
         size=jnp.minimum(state.size + b, capacity),
     )
+
+
+def _finite_rows(batch: Any, b: int) -> jax.Array:
+    """[B] bool: every floating-point number of the item is finite."""
+    ok = jnp.ones((b,), bool)
+    for x in jax.tree.leaves(batch):
+        x = jnp.asarray(x)
+        if jnp.issubdtype(x.dtype, jnp.floating):
+            ok = ok & jnp.isfinite(x.reshape(b, -1)).all(axis=1)
+    return ok
 
 
 def refresh(state: RankedState) -> RankedState:

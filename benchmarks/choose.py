@@ -20,6 +20,7 @@ import jax
 import numpy as np
 
 import rmtjax
+from rmtjax.agents import build_agent
 from benchmarks.common import write_table
 from benchmarks.stats import stratified_iqm_ci
 
@@ -40,7 +41,7 @@ def time_to_threshold(result, threshold: float) -> np.ndarray:
 
 def run(algo: str, env: str, seeds: int, evals: int):
     base = rmtjax.make_config(algo, env)
-    steps_per_iteration = rmtjax.driver.build_agent(base).steps_per_iteration
+    steps_per_iteration = build_agent(base).steps_per_iteration
     iterations = max(1, base.train.total_steps // steps_per_iteration)
     cfg = base.override({"train.num_seeds": seeds, "train.progress": False,
                          "train.eval_every": max(1, iterations // evals), "train.eval_episodes": 10})

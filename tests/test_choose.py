@@ -1,0 +1,14 @@
+import types
+
+import numpy as np
+
+from benchmarks.choose import time_to_threshold
+
+
+def test_time_to_threshold_counts_compile_and_the_share_of_the_run_until_the_first_evaluation_at_it():
+    ret = np.array([[10.0, 480.0, 500.0], [10.0, 20.0, 30.0], [475.0, 400.0, 490.0]])
+    result = types.SimpleNamespace(eval_iterations=np.array([10, 20, 40]), eval_return=ret,
+                                   metrics={"env_steps": np.zeros((3, 40))}, compile_seconds=5.0, run_seconds=8.0)
+    t = time_to_threshold(result, 475.0)
+    np.testing.assert_allclose(t[[0, 2]], [5.0 + 8.0 * 20 / 40, 5.0 + 8.0 * 10 / 40])
+    assert np.isinf(t[1])  # never reached

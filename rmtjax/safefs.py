@@ -31,20 +31,8 @@ def write_atomic(path: Path, text: str | bytes) -> None:
     The new text goes to a fresh temporary file beside `path` (random name, created
     exclusively, so a planted file or link of that name is never opened) and is renamed over
     `path`; a rename replaces a link at `path` itself instead of writing through it."""
-    path = Path(path)
-    fd, tmp = _create_exclusive(path)
-    try:
-        with (os.fdopen(fd, "wb") if isinstance(text, bytes) else os.fdopen(fd, "w", encoding="utf-8")) as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with atomic_file(path) as f:
+        f.write(text if isinstance(text, bytes) else text.encode("utf-8"))
 
 
 def _create_exclusive(path: Path) -> tuple[int, Path]:

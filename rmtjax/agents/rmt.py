@@ -205,8 +205,8 @@ class RMT(Agent):
         if c.replay == "hierarchical":
             replay = hier_options.device_replay(c, per_iter, self.num_updates)
         else:
-            replay = make_replay("ranked" if c.replay == "tiered" else c.replay, capacity=c.buffer_size // self.shards,
-                                 fractions=c.tier_fractions, proportions=c.tier_proportions, alpha=c.priority_alpha)
+            replay = make_replay("ranked" if c.replay == "tiered" else c.replay, c.buffer_size // self.shards,
+                                 c.tier_fractions, c.tier_proportions, c.priority_alpha, c.rank_every)
         if not c.demonstrations:
             return replay
         def load():  # when a training program is traced; an agent built only to act never reads the file
@@ -363,7 +363,7 @@ class RMT(Agent):
             k, index = x
             n = first + index  # the same for every seed: real branches below
             if rerank is not None:
-                replay = rerank(replay, n % c.rank_every == 0)
+                replay = rerank(replay, self.replay.refresh_due(n))
             batch, info = self.replay.sample(replay, k, self.local_batch, sched.beta, **mix)
             out = self.gradient_step(params, target_params, opt_state, prec_state, batch, info.weight, hp.gamma,
                                      sched.clip, sched.temperature)

@@ -12,3 +12,15 @@ def test_time_to_threshold_counts_compile_and_the_share_of_the_run_until_the_fir
     t = time_to_threshold(result, 475.0)
     np.testing.assert_allclose(t[[0, 2]], [5.0 + 8.0 * 20 / 40, 5.0 + 8.0 * 10 / 40])
     assert np.isinf(t[1])  # never reached
+
+
+def test_the_minatar_aggregate_divides_each_games_iqm_by_the_best_and_resamples_seeds():
+    from benchmarks.minatar_budget import aggregate
+
+    scores = {"a": {"g1": np.array([1.0, 2.0, 3.0, 4.0]), "g2": np.array([10.0, 10.0, 10.0, 10.0])},
+              "b": {"g1": np.array([4.0, 4.0, 4.0, 4.0]), "g2": np.array([5.0, 5.0, 5.0, 5.0])}}
+    out = aggregate(scores, draws=300)
+    # a: g1's IQM 2.5 of the best 4 (b), g2 the best itself; b: 1 on g1, 5/10 on g2
+    assert out["a"][0] == 0.5 * (2.5 / 4 + 1.0)
+    assert out["b"] == (0.75, 0.75, 0.75)  # constant seeds: no spread
+    assert out["a"][1] < out["a"][0] <= out["a"][2]

@@ -209,8 +209,10 @@ def test_healthy_short_preset_runs_have_no_findings(tmp_path_factory, capsys, al
     assert_no_doctor_findings(result, capsys)
 
 
-def test_the_doctor_off_leaves_the_run_as_it_was(diverged, capsys):
-    small = {"train.total_steps": 2048, "agent.rollout_len": 64, "train.progress": False}
+def test_the_doctor_off_leaves_the_run_as_it_was():
+    # test_meta.py's small PPO run in one chunk: the run with the doctor off is the program it compiles
+    small = {"train.total_steps": 2048, "train.num_seeds": 2, "train.progress": False, "agent.rollout_len": 32,
+             "train.num_chunks": 1}
     on = rmtjax.train(rmtjax.make_config("ppo", "CartPole-v1", small), jax.random.key(1))
     off_cfg = rmtjax.make_config("ppo", "CartPole-v1", {**small, "doctor.enabled": False})
     assert "doctor" in off_cfg.to_dict() and "doctor" not in rmtjax.make_config("ppo").to_dict()

@@ -199,6 +199,8 @@ class Program:
         def vinit(keys, hparams=None):
             # a hyperparameter is a scalar (every seed) or a [num_seeds] vector (one per seed: a sweep)
             axes = {k: _seed_axis(k, v, seeds) for k, v in (hparams or {}).items()}
+            if hparams and hasattr(agent, "default_hparams"):  # an unknown name, refused before anything runs
+                agent.default_hparams({k: 0.0 for k in hparams})
             return jax.vmap(agent.init, in_axes=(0, axes or None))(keys, hparams or None)
 
         # on several devices an iteration's metrics are reduced across them first, so the meta layer

@@ -3,12 +3,17 @@ iterations, saved with orbax at chunk boundaries and restored with fallback.
 
 A checkpoint is one orbax step directory, `DIR/<iterations done>/`, holding three items:
 
-- `state`: the agent state batched over seeds, exactly as the driver holds it (typed PRNG
-  keys included);
+- `state`: the agent state batched over seeds, as the driver holds it (typed PRNG keys
+  included) but without the training doctor's level (`rmtjax.doctor.split`);
 - `history`: every metric so far, name -> array `[iterations done, num_seeds]`;
 - `meta`: JSON with the iterations and chunks done, a SHA-256 of `state` and of `history`,
   and the run's config (as a mapping, with its SHA-256) so that a resume can tell when the
-  config.yaml beside it was edited since.
+  config.yaml beside it was edited since;
+
+and a fourth, `doctor`, when the run has the training doctor on: its `DoctorState` (with its
+SHA-256 in `meta`). It only observes, so a checkpoint without it (doctor off, or written before
+the doctor existed) restores the same agent state, and one whose `doctor` item is missing,
+unreadable or shaped otherwise restores with `Snapshot.doctor` None.
 
 Orbax writes a step into `<step>.orbax-checkpoint-tmp` and renames it to `<step>` only after
 everything is on disk (`commit_success.txt` last), so a process killed mid-write leaves the
@@ -55,6 +60,8 @@ class Snapshot:
     skipped: list[tuple[int, str]]  # newer checkpoints that were unusable: (step, reason)
     config: dict | None = None  # the config the run had when this checkpoint was written (None: older format)
     parts: dict = dataclasses.field(default_factory=dict)  # checksums of the run's files saved with it (`save(parts=)`)
+    doctor: Any = None  # the training doctor's state saved with it (None: none saved, or not asked for)
+    doctor_note: str = ""  # why `doctor` is None although it was asked for
 
 
 def config_digest(config_dict: dict) -> str:
@@ -136,7 +143,7 @@ class Checkpoints:
         self._manager = ocp.CheckpointManager(
             self.directory, options=options,
             item_handlers={"state": ocp.StandardCheckpointHandler(), "history": ocp.StandardCheckpointHandler(),
-                           "meta": ocp.JsonCheckpointHandler()})
+                           "meta": ocp.JsonCheckpointHandler(), "doctor": ocp.StandardCheckpointHandler()})
 
     def steps(self) -> list[int]:
         """Finished checkpoints, oldest first (half-written ones are not listed)."""
@@ -145,10 +152,11 @@ class Checkpoints:
         return sorted(self._manager.all_steps())
 
     def save(self, state, history: dict[str, np.ndarray], iterations: int, chunks: int,
-             config: dict | None = None, parts: dict | None = None) -> None:
+             config: dict | None = None, parts: dict | None = None, doctor=None) -> None:
         """Write a checkpoint at step `iterations` and return when it is complete on disk.
         `config`: the run's config as a mapping, stored with its digest; `parts`: checksums of
-        files written beside it (name -> str; the replay levels), which `restore`'s `verify` checks."""
+        files written beside it (name -> str; the replay levels), which `restore`'s `verify` checks;
+        `doctor`: the training doctor's state, kept apart from `state` (see the module's doc)."""
         assert self.writable, "a checkpoint directory opened for reading does not save"
         ocp = _ocp()
         history = {k: np.asarray(v) for k, v in history.items()}
@@ -158,18 +166,24 @@ class Checkpoints:
             meta.update(config=config, config_sha256=config_digest(config))
         if parts:
             meta["parts"] = dict(parts)
+        items = {}
+        if doctor is not None:
+            meta["doctor_sha256"] = tree_digest(doctor)
+            items["doctor"] = ocp.args.StandardSave(doctor)
         self._manager.save(int(iterations), force=True, args=ocp.args.Composite(
             state=ocp.args.StandardSave(state), history=ocp.args.StandardSave(history),
-            meta=ocp.args.JsonSave(meta)))
+            meta=ocp.args.JsonSave(meta), **items))
         self._manager.wait_until_finished()
 
-    def restore(self, like, verify=None) -> Snapshot | None:
+    def restore(self, like, verify=None, doctor_like=None) -> Snapshot | None:
         """The newest usable checkpoint, its state shaped and placed like `like` (an example
         state: arrays or `jax.ShapeDtypeStruct`s with shardings). None if there is no
         checkpoint at all; `CheckpointError` if there are some and none is usable. Each
         skipped one is reported with a `CheckpointWarning`. `verify(snapshot)`: also checks
         (and loads) the files saved beside a checkpoint; an exception it raises makes the
-        checkpoint unusable, as damage within it does."""
+        checkpoint unusable, as damage within it does. `doctor_like`: an example training doctor
+        state to restore too (None: not asked for); where it cannot be, `Snapshot.doctor` is None
+        and `Snapshot.doctor_note` says why (the checkpoint stays usable)."""
         steps = self.steps()
         if not steps:
             return None
@@ -177,6 +191,8 @@ class Checkpoints:
         for step in reversed(steps):
             try:
                 snap = self._restore_step(step, like)
+                if doctor_like is not None:
+                    snap.doctor, snap.doctor_note = self._restore_doctor(step, doctor_like)
                 if verify is not None:
                     verify(snap)
             except Exception as e:  # orbax and tensorstore raise many kinds of error for damaged files
@@ -220,6 +236,27 @@ class Checkpoints:
         if not isinstance(parts, dict) or not all(isinstance(v, str) for v in parts.values()):
             raise ValueError("meta's parts are not checksums")
         return Snapshot(state, history, step, int(meta["chunks"]), step, [], _meta_config(meta), parts)
+
+    def _restore_doctor(self, step: int, like) -> tuple[Any, str]:
+        """The doctor's state saved at `step` shaped like `like`, or (None, why not)."""
+        if not (self.directory / str(step) / "doctor").is_dir():
+            return None, "none saved: written with doctor.enabled false, or before the doctor existed"
+        ocp = _ocp()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                out = self._manager.restore(step, args=ocp.args.Composite(
+                    doctor=ocp.args.StandardRestore(jax.tree.map(ocp.utils.to_shape_dtype_struct, like)),
+                    meta=ocp.args.JsonRestore()))
+            got = out.doctor
+            if jax.tree.structure(got) != jax.tree.structure(like) or any(
+                    a.shape != b.shape or a.dtype != b.dtype for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(like))):
+                raise ValueError("its training doctor state is shaped otherwise (another version)")
+            if tree_digest(got) != out.meta.get("doctor_sha256"):
+                raise ValueError("its training doctor state does not match its SHA-256 (damaged files)")
+        except Exception as e:  # orbax raises many kinds of error for a damaged or foreign item
+            return None, _reason(e)
+        return got, ""
 
     def saved_config(self) -> tuple[int, dict] | None:
         """`(step, config mapping)` of the newest checkpoint whose meta holds a config whose

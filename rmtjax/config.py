@@ -98,6 +98,9 @@ class TrainConfig(Section):
 # resumed with other values for these (every other field must match the run's config.yaml).
 RUN_INDEPENDENT_FIELDS = frozenset({"train.progress", "train.checkpoint_every", "train.keep_checkpoints",
                                     "train.tensorboard", "train.wandb", "train.wandb_project", "train.wandb_mode"})
+# The training doctor only watches (rmtjax.doctor): it may be turned on or off, or its thresholds
+# changed, on a resume (its state is kept apart in checkpoints; see rmtjax.checkpoint).
+RUN_INDEPENDENT_FIELDS |= {f"doctor.{f.name}" for f in dataclasses.fields(DoctorConfig)}
 
 
 

@@ -147,6 +147,41 @@ def _f32(x):
     return jnp.asarray(x, jnp.float32)
 
 
+# -- the doctor's level in a run's state, kept apart in checkpoints ---------------------------------
+def _holder(state) -> str | None:
+    """The field of a wrapping state (the evaluation layer's) on the way to the doctor's level, or None."""
+    if not dataclasses.is_dataclass(state) or isinstance(state, (type, DoctorTrainState)):
+        return None
+    for f in dataclasses.fields(state):
+        sub = getattr(state, f.name)
+        if isinstance(sub, DoctorTrainState) or _holder(sub) is not None:
+            return f.name
+    return None
+
+
+def split(state) -> tuple[Any, DoctorState | None]:
+    """`(the state without the doctor's level, its DoctorState)`; `(state, None)` when the run has
+    no doctor. A checkpoint stores the two apart, so that turning the doctor on or off (or a
+    run from before the doctor) leaves the agent's state readable."""
+    if isinstance(state, DoctorTrainState):
+        return state.inner, state.doctor
+    name = _holder(state)
+    if name is None:
+        return state, None
+    inner, d = split(getattr(state, name))
+    return dataclasses.replace(state, **{name: inner}), d
+
+
+def join(like, state, d: DoctorState):
+    """`state` (shaped like `split(like)[0]`) with the DoctorState `d` put back where `like` has it."""
+    if isinstance(like, DoctorTrainState):
+        return DoctorTrainState(state, d)
+    name = _holder(like)
+    if name is None:
+        return state
+    return dataclasses.replace(state, **{name: join(getattr(like, name), getattr(state, name), d)})
+
+
 def _spread(hi, lo):
     return (hi - lo) / jnp.maximum(jnp.maximum(jnp.abs(hi), jnp.abs(lo)), 1.0)
 

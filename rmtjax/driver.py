@@ -199,6 +199,8 @@ class Program:
         def vinit(keys, hparams=None):
             # a hyperparameter is a scalar (every seed) or a [num_seeds] vector (one per seed: a sweep)
             axes = {k: _seed_axis(k, v, seeds) for k, v in (hparams or {}).items()}
+            if hparams and hasattr(agent, "default_hparams"):  # an unknown name, refused before anything runs
+                agent.default_hparams({k: 0.0 for k in hparams})
             return jax.vmap(agent.init, in_axes=(0, axes or None))(keys, hparams or None)
 
         # on several devices an iteration's metrics are reduced across them first, so the meta layer
@@ -455,8 +457,8 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=No
         snap = run.restore(fresh)
         if snap is not None:
             state, done = snap.state, snap.iterations
-            chunks.append(snap.history)
-        run.begin(snap.history if snap is not None else None, done)
+            chunks.append(_doctor_columns(program, fresh, snap.history, done))
+        run.begin(chunks[0] if snap is not None else None, done)
     if done < n_iter:
         t0 = time.perf_counter()
         # One compiled chunk serves every chunk: the last, shorter one skips its surplus iterations.
@@ -522,6 +524,19 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=No
     timing = between.timing() if hasattr(between, "timing") else {}
     return TrainResult(config, state, stacked, fr, compile_seconds, run_seconds, warnings=watch.notes() + doctor_watch.notes(),
                        timing=timing)
+
+
+def _doctor_columns(program: Program, fresh, history: dict, done: int) -> dict:
+    """A restored metric history with the training doctor's columns as this run has them: left out
+    when the doctor is now off, NaN over the restored iterations when it is on and was not then."""
+    had = any(k.startswith(doctor.PREFIX) for k in history)
+    if had == program.config.doctor.enabled:
+        return history
+    if had:
+        return {k: v for k, v in history.items() if not k.startswith(doctor.PREFIX)}
+    _, shapes = jax.eval_shape(program.chunk(1), fresh, np.int32(0), np.int32(1))  # the names, nothing run
+    return {**history, **{k: np.full((done,) + v.shape[1:], np.nan, v.dtype) for k, v in shapes.items()
+                          if k.startswith(doctor.PREFIX)}}
 
 
 _LOSS_SHOWN = 3  # at most this many losses in the bar's postfix

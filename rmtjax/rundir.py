@@ -294,20 +294,34 @@ class RunDir:
     # -- the driver's calls ----------------------------------------------------------------
     def restore(self, like, *, set_aside: bool = True) -> Snapshot | None:
         """The newest usable checkpoint (None if none was written yet), with the state shaped
-        like `like`. With `set_aside`, unusable newer ones are moved to unusable_checkpoints/
-        so that the resumed run can write its own checkpoints at those iterations."""
+        like `like`, the run's fresh state (where the checkpoint holds no training doctor state
+        that fits, `like`'s is taken, with a `DoctorWarning` on a resume). With `set_aside`,
+        unusable newer ones are moved to unusable_checkpoints/ so that the resumed run can write
+        its own checkpoints at those iterations."""
+        from rmtjax import doctor
+
         ckpt = Checkpoints(self.path / "checkpoints")
+        bare, doctor_like = doctor.split(like)  # the doctor's state is kept apart (rmtjax.checkpoint)
         try:
             self._check_config_unchanged(ckpt.saved_config())
             # a checkpoint is usable only with every part saved beside it present and intact (the
             # replay levels); otherwise the one before it is taken
-            snap = ckpt.restore(like, verify=None if self.between is None else self._verify_levels)
+            snap = ckpt.restore(bare, verify=None if self.between is None else self._verify_levels,
+                                doctor_like=doctor_like)
             if snap is not None and snap.skipped and set_aside:
                 moved = ckpt.set_aside([s for s, _ in snap.skipped], self.path / "unusable_checkpoints")
                 warnings.warn(f"moved {len(moved)} unusable checkpoint(s) to {self.path / 'unusable_checkpoints'}",
                               CheckpointWarning, stacklevel=2)
         finally:
             ckpt.close()
+        if snap is not None and doctor_like is not None:
+            if snap.doctor is None:  # the agent goes on exactly; the doctor starts afresh from here
+                if self.resuming:
+                    warnings.warn(f"the training doctor starts afresh at iteration {snap.iterations}: the checkpoint "
+                                  f"there has no doctor state to go on from ({snap.doctor_note}); the agent goes on "
+                                  f"exactly", doctor.DoctorWarning, stacklevel=2)
+                snap.doctor = doctor_like
+            snap.state = doctor.join(like, snap.state, snap.doctor)
         finished_at = (self.read_summary() or {}).get("iterations")
         if snap is None and self.resuming:
             warnings.warn(f"{self.path} has no checkpoint yet: the run starts again from its beginning "
@@ -385,7 +399,11 @@ class RunDir:
                 # the levels first, their checksum in the checkpoint: a crash between the two leaves
                 # a level file no checkpoint names (pruned later), never a checkpoint without levels
                 parts = None if self.between is None else {LEVELS_DIR: self.between.save(self.path / LEVELS_DIR, done)}
-                self.checkpoints.save(state, stacked, done, chunks_done, config=self.config.to_dict(), parts=parts)
+                from rmtjax import doctor
+
+                bare, doctor_state = doctor.split(state)  # kept apart: see rmtjax.checkpoint
+                self.checkpoints.save(bare, stacked, done, chunks_done, config=self.config.to_dict(), parts=parts,
+                                      doctor=doctor_state)
                 if self.between is not None:
                     self.between.prune(self.path / LEVELS_DIR, self.checkpoints.steps())
             except Exception as e:  # a full disk, a vanished directory: orbax raises many kinds

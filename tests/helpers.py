@@ -36,3 +36,24 @@ def assert_same_run(ref, resumed, skip_prefix=None):
     for (path, a), b in zip(jax.tree_util.tree_flatten_with_path(host(ref.state))[0],
                             jax.tree.leaves(host(resumed.state))):
         np.testing.assert_array_equal(a, b, err_msg=jax.tree_util.keystr(path))
+
+
+def assert_no_doctor_findings(result, capsys):
+    """A healthy run: the training doctor ran (its signals are in the metrics) and found nothing at
+    any iteration of any seed, warned nothing, and, for a run with a directory, wrote an empty
+    doctor.jsonl, and `rmtjax doctor RUN` says "no findings"."""
+    from rmtjax import doctor
+    from rmtjax.cli import main
+
+    flags = {k: v for k, v in result.metrics.items() if k.startswith(doctor.PREFIX) and k[len(doctor.PREFIX):] in doctor.KINDS}
+    assert "early_collapse" in {k[len(doctor.PREFIX):] for k in flags}, sorted(result.metrics)
+    assert np.isfinite(result.metrics["doctor_return"][:, -1]).all()
+    for k, v in flags.items():
+        assert not np.any(v > 0.5), (k, np.argwhere(v > 0.5)[:3], doctor.findings(
+            {n: m.T for n, m in result.metrics.items()})[:1])
+    assert not [w for w in result.warnings if w.startswith("doctor:")]
+    if result.run_dir is not None:
+        assert (result.run_dir / "doctor.jsonl").read_text() == ""
+        capsys.readouterr()
+        assert main(["doctor", str(result.run_dir)]) == 0
+        assert capsys.readouterr().out.strip() == f"{result.run_dir}: no findings"

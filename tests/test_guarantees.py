@@ -282,10 +282,10 @@ def test_a_full_disk_mid_run_is_one_line_and_keeps_the_last_checkpoint(small_run
     path = tmp_path / "full"
     real_save = Checkpoints.save
 
-    def save(self, state, history, iterations, chunks, config=None, parts=None):
+    def save(self, state, history, iterations, chunks, config=None, parts=None, doctor=None):
         if iterations == 4:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.directory / "4.orbax-checkpoint-tmp"))
-        return real_save(self, state, history, iterations, chunks, config, parts)
+        return real_save(self, state, history, iterations, chunks, config, parts, doctor)
 
     monkeypatch.setattr(Checkpoints, "save", save)
     assert main(["train", "--quiet", "--run-dir", str(path), *SETS]) == 2

@@ -353,3 +353,49 @@ def test_cli_eval_prints_the_mean_and_std_of_the_saved_policy(reference, capsys)
     out = capsys.readouterr().out
     assert "4 greedy episode(s) × 2 seed(s)" in out
     assert f"mean return {expected.mean:.2f} ± std {expected.std:.2f}" in out
+
+
+# -- the training doctor turned off and on across a resume ---------------------------------------
+def test_a_resume_may_turn_the_doctor_off_and_on_and_the_agent_goes_on_exactly(reference, tmp_path, capsys):
+    import warnings
+
+    from rmtjax import doctor
+
+    ref, path = reference["result"], tmp_path / "run"
+    shutil.copytree(reference["path"], path)
+    for step in ("12", "16"):
+        shutil.rmtree(path / "checkpoints" / step)
+    (path / "summary.json").unlink()
+    agent_ref = doctor.split(reference["states"][16])[0]  # the agent's state, the doctor's level left out
+    assert (path / "checkpoints" / "8" / "doctor").is_dir()  # the doctor's state is kept apart
+
+    # off: from the checkpoint at 8 (which has a doctor state), through the CLI
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", doctor.DoctorWarning)
+        assert main(["train", "--quiet", "--resume", str(path), "--set", "doctor.enabled=false"]) == 0
+    capsys.readouterr()
+    off = rmtjax.load_run(path)
+    assert not off.config.doctor.enabled and not any(k.startswith("doctor_") for k in off.metrics)
+    assert_trees_equal(host(off.state), agent_ref)
+    for k in off.metrics:
+        np.testing.assert_array_equal(off.metrics[k], ref.metrics[k], err_msg=k)
+    assert not (path / "checkpoints" / "16" / "doctor").exists()
+    assert "doctor_return" not in json.loads((path / "metrics.jsonl").read_text().splitlines()[-1])
+
+    # on again: from the checkpoint at 12, written with the doctor off; it starts afresh there
+    shutil.rmtree(path / "checkpoints" / "16")
+    (path / "summary.json").unlink()
+    with pytest.warns(doctor.DoctorWarning, match=r"starts afresh at iteration 12: .*doctor.enabled false"):
+        on = rmtjax.train(reference["config"], resume=path)
+    assert_trees_equal(doctor.split(host(on.state))[0], agent_ref)
+    assert isinstance(on.state, doctor.DoctorTrainState)
+    assert set(on.metrics) == set(ref.metrics)
+    for k in ref.metrics:
+        if not k.startswith("doctor_"):
+            np.testing.assert_array_equal(on.metrics[k], ref.metrics[k], err_msg=k)
+    assert np.isnan(on.metrics["doctor_return"][:, :12]).all() and np.isfinite(on.metrics["doctor_return"][:, 12:]).all()
+    rows = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["doctor_return"] is None for r in rows] == [r["iteration"] <= 12 for r in rows]
+    assert (path / "checkpoints" / "16" / "doctor").is_dir()
+    assert main(["doctor", str(path)]) == 0
+    assert capsys.readouterr().out.strip().endswith("no findings")

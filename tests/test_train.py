@@ -58,10 +58,16 @@ def test_cli_trains_and_reports(capsys):
 
 
 def test_cli_reads_a_config_file(tmp_path, capsys):
+    import yaml
+
+    data = small_ppo().to_dict()
+    data["env"]["id"] = "Acrobot-v1"
     path = tmp_path / "c.yaml"
-    path.write_text(small_ppo(**{"train.num_seeds": 1}).to_yaml())
-    assert main(["train", str(path), "--quiet", "--env", "Acrobot-v1"]) == 0
-    assert "ppo on Acrobot-v1: 4,096 env steps" in capsys.readouterr().out
+    path.write_text(yaml.safe_dump(data))
+    assert rmtjax.load_config(path).env.id == "Acrobot-v1"
+    # --env replaces the file's env id and nothing else: this is small_ppo(), whose program is compiled above
+    assert main(["train", str(path), "--quiet", "--env", "CartPole-v1"]) == 0
+    assert "ppo on CartPole-v1: 4,096 env steps" in capsys.readouterr().out
 
 
 def test_cli_config_error_exits_2_with_a_message(capsys):

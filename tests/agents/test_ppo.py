@@ -5,6 +5,7 @@ import pytest
 
 import rmtjax
 from rmtjax.agents.ppo import gae
+from tests.helpers import assert_no_doctor_findings
 
 
 def reference_gae(reward, value, next_value, terminated, done, gamma, lam):
@@ -51,10 +52,11 @@ def test_continuous_log_prob_matches_gaussian_formula():
 
 
 @pytest.mark.slow
-def test_ppo_learns_cartpole():
+def test_ppo_learns_cartpole_and_the_doctor_finds_nothing(tmp_path, capsys):
     cfg = rmtjax.make_config("ppo", "CartPole-v1", {"train.total_steps": 150_000, "train.num_seeds": 2,
                                                     "train.progress": False})
-    result = rmtjax.train(cfg, jax.random.key(0))
+    result = rmtjax.train(cfg, jax.random.key(0), run_dir=tmp_path / "run")
     # a random policy scores about 22; PPO passes 150 well within 150k steps
     assert np.all(result.final_return > 150), result.final_return
     assert np.all(result.metrics["episode_return"][:, -10:].mean(1) > result.metrics["episode_return"][:, :10].mean(1) + 100)
+    assert_no_doctor_findings(result, capsys)  # a healthy run of every agent: no training doctor finding

@@ -11,6 +11,7 @@ import optax
 
 from rmtjax.agents.sac import soft_td_target
 from rmtjax.networks.distributions import tanh_gaussian_log_prob
+from tests.helpers import assert_no_doctor_findings
 
 
 def normal_cdf(x):
@@ -182,11 +183,11 @@ def test_config_errors_are_raised_at_config_time():
 
 
 @pytest.mark.slow
-def test_sac_learns_pendulum():
+def test_sac_learns_pendulum_and_the_doctor_finds_nothing(tmp_path, capsys):
     cfg = rmtjax.make_config("sac", "Pendulum-v1", {
         "train.total_steps": 6000, "train.num_seeds": 2, "train.progress": False,
         "env.num_envs": 4, "agent.updates_per_step": 1.0, "agent.batch_size": 128})
-    result = rmtjax.train(cfg, jax.random.key(0))
+    result = rmtjax.train(cfg, jax.random.key(0), run_dir=tmp_path / "run")
     returns = result.metrics["episode_return"]
     # the first episode of every env (800 env steps) is uniformly random, before learning_starts;
     # random torques score about -1200
@@ -194,3 +195,4 @@ def test_sac_learns_pendulum():
     assert np.all(first < -800), first
     assert np.all(result.final_return > -600), result.final_return
     assert np.all(result.final_return > first + 500)
+    assert_no_doctor_findings(result, capsys)  # a healthy run of every agent: no training doctor finding

@@ -1,7 +1,7 @@
 """Agents as a user chooses them: wall-clock (compile included) until the greedy policy reaches a
 threshold, per seed, each agent at its preset.
 
-    python -m benchmarks.choose [--envs CartPole-v1:475 Acrobot-v1:-100] [--algos rmt dqn pqn]
+    python -m benchmarks choose [--envs CartPole-v1:475 Acrobot-v1:-100] [--algos rmt dqn pqn]
                                 [--seeds 8] [--evals 40] [--name choose]
 
 Each (agent, env) is one program: `--seeds` seeds vmapped, the preset's full budget, the greedy

@@ -1,6 +1,6 @@
 """Learning curves of several agents on one environment, at equal env steps, seeds vmapped.
 
-    python -m benchmarks.curves --env CartPole-v1 --algos rmt dqn --seeds 8 --steps 300000 \
+    python -m benchmarks curves --env CartPole-v1 --algos rmt dqn --seeds 8 --steps 300000 \
         --threshold 475 --name rmt_vs_dqn_CartPole-v1
 
 Each agent runs from its preset for the env (`rmtjax/configs/{algo}_{env}.yaml`, else its

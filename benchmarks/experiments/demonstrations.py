@@ -1,6 +1,6 @@
 """Do demonstrations speed up learning? RMT with and without demonstrations made by a trained RMT.
 
-    python -m benchmarks.demonstrations --env CartPole-v1 --seeds 8 --steps 100000 --threshold 400 \
+    python -m benchmarks demonstrations --env CartPole-v1 --seeds 8 --steps 100000 --threshold 400 \
         [--expert-steps 200000] [--demo-steps 5000] [--name demonstrations_CartPole-v1]
 
 1. An expert: RMT from its preset for the env, one seed, `--expert-steps`, key 1000 (not one of

@@ -16,7 +16,7 @@ return. On a machine whose devices are real accelerators (not CPU devices split 
 XLA_FLAGS) it also times 1, 2, ..., D devices on the same global config: scaling efficiency =
 throughput with d devices / (d × throughput with 1).
 
-    python -m benchmarks.distributed [--devices 4] [--algo dqn] [--steps 15000] [--seeds 2] [--modes mean,topk]
+    python -m benchmarks distributed [--devices 4] [--algo dqn] [--steps 15000] [--seeds 2] [--modes mean,topk]
                                      [--out distributed]
 """
 

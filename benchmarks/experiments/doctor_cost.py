@@ -6,7 +6,7 @@ cost shows most there) both programs are compiled (`rmtjax.make_train`), then ru
 times each, alternating, and the median run seconds are compared. A ratio of 1.00 means the
 detectors cost nothing measurable.
 
-    python -m benchmarks.doctor_cost [--steps 20000] [--seeds 2] [--repeats 3] [--algos dqn,ppo]
+    python -m benchmarks doctor_cost [--steps 20000] [--seeds 2] [--repeats 3] [--algos dqn,ppo]
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The throughput table at GPU scale, in one command, for a machine with a GPU and rmtjax installed.
 
-    python -m benchmarks.gpu                    # every row; writes results/gpu.md
-    python -m benchmarks.gpu --max-seconds 420  # starts no row after 420 s (a lease's budget)
-    python -m benchmarks.gpu --smoke            # every case tiny, bf16 once: a minute, any backend (the tests run it)
+    python -m benchmarks gpu                    # every row; writes results/gpu/gpu.md
+    python -m benchmarks gpu --max-seconds 420  # starts no row after 420 s (a lease's budget)
+    python -m benchmarks gpu --smoke            # every case tiny, bf16 once: a minute, any backend (the tests run it)
 
 Rows: PPO on CartPole-v1 with 2,048 envs, and DQN, PQN and RMT on Breakout-MinAtar (each from
 its preset, or its defaults where it has none, with the env and seed counts below), each in

@@ -1,12 +1,12 @@
 """The headline table of issue 22: RMT against PPO, SAC, DQN and PQN, each at a stated configuration.
 
-    python -m benchmarks.headline                 # CPU: the Box2D rows at 1M steps × 5 seeds, Breakout at --atari-steps
-    python -m benchmarks.headline --gpu           # GPU: the above, then real Breakout and the five MinAtar games at 10M
-    python -m benchmarks.headline --smoke         # every code path at a few hundred steps: minutes, any machine
-    python -m benchmarks.headline --envs gymnasium:LunarLander-v3 --algos rmt ppo   # some rows
-    python -m benchmarks.headline --envs gymnasium:BipedalWalker-v3 --algos sac --seeds 1 --seed 3   # one seed
-    python -m benchmarks.headline --table         # rebuild the table from what is stored
-    python -m benchmarks.headline --repro         # baselines at a published config and budget
+    python -m benchmarks headline                 # CPU: the Box2D rows at 1M steps × 5 seeds, Breakout at --atari-steps
+    python -m benchmarks headline --gpu           # GPU: the above, then real Breakout and the five MinAtar games at 10M
+    python -m benchmarks headline --smoke         # every code path at a few hundred steps: minutes, any machine
+    python -m benchmarks headline --envs gymnasium:LunarLander-v3 --algos rmt ppo   # some rows
+    python -m benchmarks headline --envs gymnasium:BipedalWalker-v3 --algos sac --seeds 1 --seed 3   # one seed
+    python -m benchmarks headline --table         # rebuild the table from what is stored
+    python -m benchmarks headline --repro         # baselines at a published config and budget
 
 Rows run in pieces: each invocation stores every row it trains (its seeds, from key `--seed`) in
 `results/NAME/<env>__<algo>__key<K>.npz`, and the table is rebuilt from all the pieces stored
@@ -37,8 +37,8 @@ Atari file scaled down in envs; RMT: its own defaults with DQN's replay ratio an
 CNN). The MinAtar rows use each agent's preset for Breakout-MinAtar, else its defaults.
 
 A seed's score is its learning curve averaged over the last 10% of training
-(`benchmarks.curves.late_mean`); a row gives the IQM over seeds with a 95% percentile-bootstrap
-interval (`benchmarks.stats.iqm_ci`) and every seed's score, beside the design's claimed number
+(`benchmarks.lib.curves.late_mean`); a row gives the IQM over seeds with a 95% percentile-bootstrap
+interval (`benchmarks.lib.stats.iqm_ci`) and every seed's score, beside the design's claimed number
 where it made one. Curves (`episode_return` per seed, binned to at most 500 points) are stored
 in the pieces and plotted per env to `results/NAME_<env>.png`. The table, with the command,
 machine, date and commit, goes to `results/NAME.md` (`headline`, `headline_gpu`, or

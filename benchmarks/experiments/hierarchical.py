@@ -1,7 +1,7 @@
 """Replay beyond device memory: RMT with a device level of 10% of the capacity against the same
 capacity all on the device (and against a device-only buffer of that 10%).
 
-    python -m benchmarks.hierarchical [--env Breakout-MinAtar] [--seeds 4] [--steps 300000] \
+    python -m benchmarks hierarchical [--env Breakout-MinAtar] [--seeds 4] [--steps 300000] \
         [--capacity 50000] [--device-fraction 0.1] [--disk-fraction 0.5] [--sync-every 4] \
         [--variants hierarchical tiered small] [--name hierarchical_Breakout-MinAtar]
 

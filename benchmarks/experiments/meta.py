@@ -4,7 +4,7 @@ For every env and mode, one run of `--seeds` vmapped seeds with the same config 
 `meta.mode`. Reported per (env, mode):
 
 - score: each seed's mean `episode_return` over the last 10% of iterations, aggregated over
-  seeds as IQM with a 95% percentile-bootstrap interval (`benchmarks/stats.py`);
+  seeds as IQM with a 95% percentile-bootstrap interval (`benchmarks/lib/stats.py`);
 - throughput: env steps per second of the run (all seeds, compile excluded), and its ratio
   to mode `off` on the same env (the whole runs are timed one after another, so a load that
   changes during the benchmark shows up here);
@@ -13,7 +13,7 @@ For every env and mode, one run of `--seeds` vmapped seeds with the same config 
   `--cost-reps` times, the modes interleaved round by round; cost = median over rounds of
   (mode's time / off's time in the same round) - 1.
 
-    python benchmarks/meta.py [--envs CartPole-v1 Acrobot-v1 Pendulum-v1] [--steps N] [--seeds 16]
+    python -m benchmarks meta [--envs CartPole-v1 Acrobot-v1 Pendulum-v1] [--steps N] [--seeds 16]
                               [--modes off rules bandit pbt] [--discrete rmt] [--continuous sac]
                               [--set meta.interval=20 ...] [--name meta] [--note TEXT]
 

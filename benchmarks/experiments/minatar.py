@@ -1,6 +1,6 @@
 """The five MinAtar games with each agent's defaults (no presets): a table with IQM and intervals.
 
-    python -m benchmarks.minatar [--algos rmt dqn pqn] [--seeds 4] [--steps 200000] [--name minatar_defaults]
+    python -m benchmarks minatar [--algos rmt dqn pqn] [--seeds 4] [--steps 200000] [--name minatar_defaults]
 
 Every agent runs from its defaults (`rmtjax.Config.from_dict` with an empty agent section: no
 preset, nothing tuned to these games), the seeds vmapped in one program per agent and game. A

@@ -2,8 +2,8 @@
 (discrete and continuous) and BipedalWalker through the gymnasium adapter, Breakout-MinAtar
 in JAX.
 
-    python -m benchmarks.more_envs                    # every row below, 2 seeds each
-    python -m benchmarks.more_envs --scale 0.1 --only LunarLander   # a quick look at a few rows
+    python -m benchmarks more_envs                    # every row below, 2 seeds each
+    python -m benchmarks more_envs --scale 0.1 --only LunarLander   # a quick look at a few rows
 
 Each row is one run of `--seeds` vmapped seeds from the agent's preset for the env
 (`rmtjax/configs/`, else its defaults) with the row's overrides, at the row's env steps per
@@ -148,7 +148,7 @@ def run(args):
         "usually trained for 0.5-5M steps (gymnasium calls LunarLander solved at 200 and BipedalWalker at 300, "
         "averaged over 100 episodes). The rows show where each agent stands after a short run, not what it can "
         "reach; with 2 seeds and each seed's last episodes they are a noisy measure (a seed above 200 here is "
-        "not a solved env). Reproduce with `python -m benchmarks.more_envs` (needs the `box2d` extra).",
+        "not a solved env). Reproduce with `python -m benchmarks more_envs` (needs the `box2d` extra).",
         "",
         "**Final return**: per seed, the mean over its envs of the return of the last completed *training* "
         "episode (with the agent's exploration: ε/Boltzmann for RMT and DQN, the stochastic policy for SAC "

@@ -9,10 +9,10 @@ preset) the same run is compiled and timed once per precision policy, in one pro
   flag's pick is a select, so both are computed;
 - `bf16 (no escalation)`: escalation off, only the bfloat16 path is traced.
 
-Compile time is measured apart from run time (`benchmarks.common.compile_and_time` on
+Compile time is measured apart from run time (`benchmarks.lib.runner.compile_and_time` on
 `rmtjax.make_train`). Throughput ratios are against fp32 of the same config.
 
-    python -m benchmarks.precision [--steps 200000] [--seeds 4] [--algos rmt,ppo]
+    python -m benchmarks precision [--steps 200000] [--seeds 4] [--algos rmt,ppo]
 """
 
 from __future__ import annotations

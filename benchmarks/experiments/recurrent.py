@@ -1,8 +1,8 @@
 """Recurrent torsos against MLPs on a memory task: PPO, PQN and DQN with `agent.torso: lstm` and with
 `agent.torso: mlp`, seeds vmapped, on gymnax's MemoryChain-bsuite or rmtjax's CartPole-masked-v1.
 
-    python -m benchmarks.recurrent --memory-length 16 --steps 200000 --seeds 8
-    python -m benchmarks.recurrent --task masked-cartpole --algos ppo --steps 300000 --seeds 8
+    python -m benchmarks recurrent --memory-length 16 --steps 200000 --seeds 8
+    python -m benchmarks recurrent --task masked-cartpole --algos ppo --steps 300000 --seeds 8
 
 The task (bsuite's memory chain, gymnax's version): the first observation shows a context bit,
 the following `memory_length` ones do not (they show the time left, and the query at the end);

@@ -1,7 +1,7 @@
 """Replay cost per learner update: the ranked buffer (exact |TD| ranks over a FIFO ring, re-ranked
 every `refresh_every` updates) against the tiered buffer and the uniform ring.
 
-    python -m benchmarks.replay_ranked [--capacities 10000 50000] [--seeds 1 8] [--refresh 1 8 32] \
+    python -m benchmarks replay_ranked [--capacities 10000 50000] [--seeds 1 8] [--refresh 1 8 32] \
         [--batch 128] [--add 8] [--updates 64] [--repeats 3]
 
 One update = add `--add` new transitions (a CartPole-sized item: obs and next obs of 8 float32,

@@ -10,7 +10,7 @@ truncated apart). The script checks that and, if rejax breaks, hands rejax the e
 `OldStepAPI`, which merges the two flags into one `done` (rejax then treats time limits as
 terminal, as it did with older gymnax; that changes its targets, not its cost).
 
-    python benchmarks/sac_throughput.py [--steps 20000] [--hidden 64 64] [--repeats 1]
+    python -m benchmarks sac_throughput [--steps 20000] [--hidden 64 64] [--repeats 1]
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ def run(args):
     for name, (c, s) in best.items():
         sps = args.steps / s
         rows.append(f"| {name} | {c:.1f} | {s:.1f} | {sps:,.0f} | {sps / rejax_sps:.2f}× |")
-    cmd = "python benchmarks/sac_throughput.py " + " ".join(
+    cmd = "python -m benchmarks sac_throughput " + " ".join(
         f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
         for k, v in vars(args).items() if k != "out")
     table = "\n".join([

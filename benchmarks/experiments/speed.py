@@ -1,7 +1,7 @@
-"""rmtjax's DQN, RMT and PPO against the project's speed-of-light references (`benchmarks/reference.py`),
+"""rmtjax's DQN, RMT and PPO against the project's speed-of-light references (`benchmarks/lib/reference.py`),
 side by side in one process.
 
-    python -m benchmarks.speed [--seeds 1 8] [--steps 500000 200000] [--rows ...] [--repeats 3] [--name speed]
+    python -m benchmarks speed [--seeds 1 8] [--steps 500000 200000] [--rows ...] [--repeats 3] [--name speed]
 
 Settings (the issue's, CartPole-v1): **DQN** — CleanRL's / PureJaxRL's configuration: 10 envs, one
 gradient step of batch 128 per iteration (10 env steps), buffer 10,000, learning from 10,000 env

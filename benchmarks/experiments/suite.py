@@ -1,8 +1,8 @@
 """The benchmark suite: agents × environments × seeds, RMT ablations, throughput against peers, claims.
 
-    python -m benchmarks.suite --quick          # small budgets; the whole suite on a 2-core CPU
-    python -m benchmarks.suite --full           # the budgets the results are meant to be quoted at
-    python -m benchmarks.suite --quick --sections curves --agents ppo dqn --envs CartPole-v1
+    python -m benchmarks suite --quick          # small budgets; the whole suite on a 2-core CPU
+    python -m benchmarks suite --full           # the budgets the results are meant to be quoted at
+    python -m benchmarks suite --quick --sections curves --agents ppo dqn --envs CartPole-v1
 
 Sections (all by default, in this order; `--sections` picks some):
 
@@ -19,7 +19,7 @@ Sections (all by default, in this order; `--sections` picks some):
   program), against rejax (JAX) and stable-baselines3 (PyTorch, CPU, gymnasium envs) at
   matched settings, measured in this one run and reported as ratios.
 - `claims`: each quantitative claim of the design next to what this run measured
-  (`results/claims.md`).
+  (`results/claims/claims.md`).
 
 Budgets (`QUICK`, `FULL` below): `--quick` runs 4 seeds, 10,000 env steps per env (20,000 on
 MountainCarContinuous-v0, whose episodes last 999 steps), ablations on CartPole-v1 at 10,000, the
@@ -29,9 +29,9 @@ runs 16 seeds, CartPole/Acrobot 300k, Breakout-MinAtar 1M, Pendulum/MountainCarC
 ablations on CartPole and Acrobot at 300k, discovery at 200k, throughput at 20k-500k: hours on a
 2-core CPU (RMT trains at roughly 1,000 env-steps/s there), meant for a bigger machine.
 
-Results: `results/suite_<mode>.md` (tables; command, machine, load, date, commit),
-`results/suite_<mode>_curves.png`, `results/suite_<mode>_ablations.png`,
-`results/suite_<mode>.npz` (every run's per-iteration returns) and `results/claims.md`.
+Results: `results/suite/suite_<mode>.md` (tables; command, machine, load, date, commit),
+`results/suite/suite_<mode>_curves.png`, `results/suite/suite_<mode>_ablations.png`,
+`results/suite/suite_<mode>.npz` (every run's per-iteration returns) and `results/claims/claims.md`.
 """
 
 from __future__ import annotations

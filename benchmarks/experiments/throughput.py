@@ -6,7 +6,7 @@ apart from run time. rejax 0.1.3 expects gymnax's older 5-value `step`; a thin a
 gymnax 1.0.1's `terminated`/`truncated` into its `done` (no other change to rejax). rejax's
 periodic evaluation is switched off so both programs only train.
 
-    python -m benchmarks.throughput [--steps 500000]
+    python -m benchmarks throughput [--steps 500000]
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Transfer between related tasks: env steps to a threshold from scratch and from a source run.
 
-    python -m benchmarks.transfer --task cartpole --seeds 8 --name transfer_cartpole
-    python -m benchmarks.transfer --task acrobot --seeds 8 --name transfer_acrobot
-    python -m benchmarks.transfer --task acrobot --name transfer_acrobot --reanalyse --threshold -130
+    python -m benchmarks transfer --task cartpole --seeds 8 --name transfer_cartpole
+    python -m benchmarks transfer --task acrobot --seeds 8 --name transfer_acrobot
+    python -m benchmarks transfer --task acrobot --name transfer_acrobot --reanalyse --threshold -130
 
 1. The source: the task's agent from its preset on the source env (`--source-steps`, the
    preset's budget by default), `--seeds` seeds vmapped, key 1000 (not the compared runs' key).
@@ -28,7 +28,7 @@ with the pole twice as long, gravity 20, a cart 5× as heavy or the push halved,
 15-22 from length 1.5 on); `acrobot`: DQN (its preset solves Acrobot-v1; RMT's preset does too but runs at
 a tenth of DQN's speed on this CPU), target Acrobot-v1 with both links 1.5× as heavy
 (`link_mass_1`, `link_mass_2` 1.5; at 2.0 no variant came near −100 within 300k steps:
-`results/transfer_acrobot_mass2.md`). DQN's transferred rows start ε at the preset's final 0.05 (a
+`results/transfer/transfer_acrobot_mass2.md`). DQN's transferred rows start ε at the preset's final 0.05 (a
 fine-tuned policy does not need to explore from ε = 1; one row keeps the preset's schedule to
 show what that costs).
 """

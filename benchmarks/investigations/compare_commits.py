@@ -1,6 +1,6 @@
 """Throughput of two checkouts of rmtjax on the same runs, alternating, on one machine.
 
-    python -m benchmarks.compare_commits OLD_CHECKOUT NEW_CHECKOUT --run rmt:CartPole-v1 \
+    python -m benchmarks compare_commits OLD_CHECKOUT NEW_CHECKOUT --run rmt:CartPole-v1 \
         --run rmt:Breakout-MinAtar:seeds=4 [--steps 100000] [--rounds 3] [--name NAME]
 
 Each run (`algo:env`, optionally `:seeds=N`) trains from that algorithm's preset for the env (its

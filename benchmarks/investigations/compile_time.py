@@ -1,7 +1,7 @@
 """Where a value-based agent's compile time goes: trace, lower and XLA compile seconds and the
 size of the program, for one configuration and variants of it with one component switched.
 
-    python -m benchmarks.compile_time [--algo rmt] [--variants ...] [--baseline dqn] [--name compile_rmt]
+    python -m benchmarks compile_time [--algo rmt] [--variants ...] [--baseline dqn] [--name compile_rmt]
 
 Each row builds the training chunk the driver compiles (the agent vmapped over seeds, the
 masked scan of `--iters` iterations) and times `jit(...).trace`, `.lower()` and `.compile()`

@@ -3,9 +3,9 @@ gymnasium's CartPole-v1 run through the gymnasium adapter (one host call per vec
 
 Same agent, same config, side by side in one process; env-steps/s counts the training run
 only (compile excluded), so it includes PPO's own updates. Writes a table to
-benchmarks/results/env_adapters.md.
+benchmarks/results/env_adapters/env_adapters.md.
 
-    python benchmarks/env_adapters.py [--total-steps 65536] [--num-envs 4 16 64]
+    python -m benchmarks env_adapters [--total-steps 65536] [--num-envs 4 16 64]
 """
 
 from __future__ import annotations

@@ -1,16 +1,16 @@
 """What the headline table's unrun rows cost on this machine: a short timed probe of each.
 
-    python -m benchmarks.headline_cost                      # SAC on the two Box2D envs, the four Breakout rows
-    python -m benchmarks.headline_cost --rows sac:gymnasium:BipedalWalker-v3 --seeds 2
+    python -m benchmarks headline_cost                      # SAC on the two Box2D envs, the four Breakout rows
+    python -m benchmarks headline_cost --rows sac:gymnasium:BipedalWalker-v3 --seeds 2
 
-Each probe is its row's own config (`benchmarks.headline.config_for`: the preset or the Atari
+Each probe is its row's own config (`benchmarks.reports.headline_table.config_for`: the preset or the Atari
 settings, the row's envs, networks, batch and update ratio, all its seeds vmapped) with two
 changes that keep it short and small: learning starts after one iteration, so the timed run is
 all steady-state learning, what nearly all of a row is; and the replay holds 5,000 transitions a
 seed (sampling does not cost more with a larger capacity; memory does). Compile is timed apart
 from the run. From the env-steps/s (all seeds together) it projects the hours of the whole row at
 its budget on this machine (the Box2D rows 1M env steps a seed, Breakout `--atari-steps`) and of
-the 10M-a-seed Breakout row of `headline --gpu`. Writes results/headline_cost.md.
+the 10M-a-seed Breakout row of `headline --gpu`. Writes results/headline_cost/headline_cost.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Where a value-based agent's (RMT, DQN) iteration spends its time, phase by phase.
 
-    python -m benchmarks.profile_step --algo rmt --env CartPole-v1 --seeds 1 \
+    python -m benchmarks profile_step --algo rmt --env CartPole-v1 --seeds 1 \
         --set env.num_envs=10 --set agent.rollout_len=1 ... [--name profile_rmt]
 
 The agent is warmed up with the real compiled chunk until learning has started and the replay

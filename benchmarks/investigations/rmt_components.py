@@ -1,6 +1,6 @@
 """What each RMT component costs in one gradient step, and where RMT's gap to a plain DQN comes from.
 
-    python -m benchmarks.rmt_components [--name rmt_components]
+    python -m benchmarks rmt_components [--name rmt_components]
 
 One process, every variant compiled first, then timed in alternation (round-robin, best of
 `--rounds`), so the load of the machine moves all rows alike: read the ratios. Each variant is
@@ -9,8 +9,8 @@ fixed CartPole-v1 minibatch of 128, scanned `--steps` times in one compiled prog
 from the full RMT step (128-wide fractal torso, LayerNorm, dueling head, 3-step Double-DQN
 targets, Huber loss, gradient clipping) and switches one component off per row, down to the
 plain DQN arithmetic (the 120-84 ReLU MLP, one-step targets from the target network, squared
-loss, no clip) that `benchmarks/reference.py` runs. Acting, replay and diagnostics are not in
-these numbers (`benchmarks/profile_step.py` charges those phases).
+loss, no clip) that `benchmarks/lib/reference.py` runs. Acting, replay and diagnostics are not in
+these numbers (`benchmarks/investigations/profile_step.py` charges those phases).
 """
 
 from __future__ import annotations

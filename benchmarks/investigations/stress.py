@@ -1,6 +1,6 @@
 """Back-to-back training runs, each in its own process, watched for hangs.
 
-    python -m benchmarks.stress [--runs 30] [--name stress]
+    python -m benchmarks stress [--runs 30] [--name stress]
 
 Cycles through PPO, DQN, RMT and PQN on CartPole-v1 and SAC on Pendulum-v1, 2 seeds each
 (so every init is batched over seeds, the case that deadlocked jaxlib 0.10's batched LAPACK calls),

@@ -33,7 +33,7 @@ SETTINGS_NOTE = (
     "(the preset's is 128-128) because rejax 0.1.3 fixes its DQN network at 64-64; rejax DQN and SB3 DQN with the "
     "same numbers (SB3: `train_freq=1` vector step of 4 envs, `gradient_steps=1`). "
     "**SAC** (Pendulum-v1): 1 env, one gradient step per env step, batch 256, buffer 100,000, 1,000 warm-up "
-    "steps, lr 3e-4, τ 0.005, 64-64 ReLU (as `benchmarks/sac_throughput.py`). **RMT** (its CartPole "
+    "steps, lr 3e-4, τ 0.005, 64-64 ReLU (as `benchmarks/experiments/sac_throughput.py`). **RMT** (its CartPole "
     "preset) has no peer implementation; its peers' columns are their DQN at the settings RMT shares with the "
     "DQN row (4 envs, batch 128 per 4 env steps, buffer 50,000, 2,000 warm-up steps, lr 5e-4). rejax 0.1.3 "
     "sees gymnax 1.0.1's envs through a "

@@ -6,7 +6,7 @@ person would write for the same algorithm and settings. Both handle episode ends
 does: bootstrap through time-limit truncation from the pre-reset observation, never through
 termination.
 
-    python -m benchmarks.reference --algo dqn|ppo [--steps N] [--seeds S]
+    python -m benchmarks reference --algo dqn|ppo [--steps N] [--seeds S]
 """
 
 from __future__ import annotations

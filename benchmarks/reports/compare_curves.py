@@ -1,13 +1,13 @@
 """One table from learning curves that earlier benchmark runs saved, for agents run apart (one
 at a time on this machine, or some on another machine) at the same env, budget and seeds.
 
-    python -m benchmarks.compare_curves --env Breakout-MinAtar --steps 300000 \
-        rmt=results/hierarchical_Breakout-MinAtar.npz:tiered \
-        dqn=results/value_Breakout-MinAtar_dqn.npz:dqn --name value_Breakout-MinAtar
+    python -m benchmarks compare_curves --env Breakout-MinAtar --steps 300000 \
+        rmt=results/hierarchical/hierarchical_Breakout-MinAtar.npz:tiered \
+        dqn=results/curves/value_Breakout-MinAtar_dqn.npz:dqn --name value_Breakout-MinAtar
 
 Each `LABEL=FILE.npz:KEY` names the curves `KEY` ([seeds, iterations] episode returns) of a file
-written by `benchmarks.curves` (which also saves `KEY_env_steps` and `KEY_episode_count`) or by
-`benchmarks.hierarchical` (which saves `env_steps` only; its runs are long enough that every
+written by `benchmarks.experiments.curves` (which also saves `KEY_env_steps` and `KEY_episode_count`) or by
+`benchmarks.experiments.hierarchical` (which saves `env_steps` only; its runs are long enough that every
 seed has finished episodes in the last tenth, which is all the score reads). A seed's score is its
 curve averaged over the last tenth of training (`curves.late_mean`); the table gives the IQM
 over seeds with a 95% bootstrap interval, the per-seed scores and the mean curve at ten points;

@@ -2,7 +2,7 @@
 pieces each run stores, and the table and plots rebuilt from every stored piece (it trains
 nothing: `python -m benchmarks headline` runs the rows, `--table` rebuilds the table).
 
-A piece is results/headline/NAME/<env>__<algo>__key<K>.npz (NAME: `headline`, `headline_gpu`,
+A piece is results/headline/headline/NAME/<env>__<algo>__key<K>.npz (NAME: `headline`, `headline_gpu`,
 `headline_repro`, `headline_smoke`): the seeds' scores, their binned curves, their greedy
 evaluation and where and when they ran. The table goes to results/headline/NAME.md, a plot per
 env to results/headline/NAME_<env>.png.
@@ -160,7 +160,7 @@ def fmt(values) -> str:
 # --- rows run in pieces -------------------------------------------------------------------------
 #
 # A row is expensive (hours for the off-policy agents on host-stepped Box2D), so every invocation
-# stores what it ran as a *piece*: results/headline/NAME/<env>__<algo>__key<K>.npz with the seeds' scores,
+# stores what it ran as a *piece*: results/headline/headline/NAME/<env>__<algo>__key<K>.npz with the seeds' scores,
 # binned curves and where and when it ran. The table is rebuilt from every piece stored under
 # NAME, so rows (and seeds of a row, under different keys) run in separate invocations, sessions
 # or machines add up to one table; a piece already stored is not run again.
@@ -180,7 +180,7 @@ PUBLISHED = {
 
 
 def piece_path(name: str, env: str, algo: str, key: int) -> Path:
-    return runner.out("headline") / "headline" / name / f"{env.replace(':', '_')}__{algo}__key{key}.npz"
+    return runner.RESULTS / "headline" / name / f"{env.replace(':', '_')}__{algo}__key{key}.npz"
 
 
 def binned(values: np.ndarray, env_steps: np.ndarray, points: int = CURVE_POINTS):

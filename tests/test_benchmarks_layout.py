@@ -154,3 +154,10 @@ def test_the_recorded_command_is_the_entry_points():
     from benchmarks.lib.runner import command
 
     assert command(["/x/benchmarks/__main__.py", "run", "speed_rmt"]) == "python -m benchmarks run speed_rmt"
+
+
+def test_the_readme_names_every_results_file():
+    readme = (BENCH / "README.md").read_text()
+    missing = [str(p.relative_to(BENCH / "results")) for p in (BENCH / "results").glob("*/*.md")
+               if f"`{p.relative_to(BENCH / 'results')}`" not in readme]
+    assert not missing, f"benchmarks/README.md does not say how to reproduce {missing}"

@@ -7,7 +7,7 @@ Each agent runs from its preset for the env (`rmtjax/configs/{algo}_{env}.yaml`,
 defaults) with `--set algo:key=value` overrides, all seeds in one compile. The table gives
 each agent's mean episode return at ten evenly spaced points of training, the final return
 per seed, how many seeds reach `--threshold`, and whole-loop env-steps/s; the curves go to
-`results/NAME.npz` and, when matplotlib is installed, a plot to `results/NAME.png`.
+`results/curves/NAME.npz` and, when matplotlib is installed, a plot to `results/curves/NAME.png`.
 """
 
 from __future__ import annotations

@@ -104,7 +104,7 @@ def add_arguments(ap) -> None:
     ap.add_argument("--steps", type=int, default=15_000, help="env steps per seed of each training run (0: none)")
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--modes", default=",".join(MODES))
-    ap.add_argument("--out", default="distributed", help="results/OUT.md")
+    ap.add_argument("--out", default="distributed", help="results/distributed/OUT.md")
 
 
 def run(args):

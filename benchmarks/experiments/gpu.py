@@ -80,7 +80,7 @@ def run_case(case: Case, precision: str, smoke: bool) -> list[str]:
 
 def add_arguments(ap) -> None:
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, any backend: checks that every row runs")
-    ap.add_argument("--name", default=None, help="results/NAME.md (default: gpu, or gpu_smoke with --smoke)")
+    ap.add_argument("--name", default=None, help="results/gpu/NAME.md (default: gpu, or gpu_smoke with --smoke)")
     ap.add_argument("--max-seconds", type=float, default=None,
                     help="start no further row once this many seconds have passed (rows left are listed)")
 

@@ -9,7 +9,7 @@
     python -m benchmarks headline --repro         # baselines at a published config and budget
 
 Rows run in pieces: each invocation stores every row it trains (its seeds, from key `--seed`) in
-`results/NAME/<env>__<algo>__key<K>.npz`, and the table is rebuilt from all the pieces stored
+`results/headline/NAME/<env>__<algo>__key<K>.npz`, and the table is rebuilt from all the pieces stored
 under NAME. A long table is therefore run a few rows at a time, across sessions or machines, and
 a row's seeds can be split over keys (`--seeds 1 --seed 0`, `--seed 1`, ...); a stored piece is
 not run again (`--redo` forces it). The table lists every row of the plan, those without a piece
@@ -40,8 +40,8 @@ A seed's score is its learning curve averaged over the last 10% of training
 (`benchmarks.lib.curves.late_mean`); a row gives the IQM over seeds with a 95% percentile-bootstrap
 interval (`benchmarks.lib.stats.iqm_ci`) and every seed's score, beside the design's claimed number
 where it made one. Curves (`episode_return` per seed, binned to at most 500 points) are stored
-in the pieces and plotted per env to `results/NAME_<env>.png`. The table, with the command,
-machine, date and commit, goes to `results/NAME.md` (`headline`, `headline_gpu`, or
+in the pieces and plotted per env to `results/headline/NAME_<env>.png`. The table, with the command,
+machine, date and commit, goes to `results/headline/NAME.md` (`headline`, `headline_gpu`, or
 `headline_smoke` for `--smoke`).
 """
 

@@ -109,7 +109,7 @@ def add_arguments(p) -> None:
     p.add_argument("--seed", type=int, default=0, help="PRNG seed (the same key for every run)")
     p.add_argument("--cost-iters", type=int, default=100, help="iterations per timed loop for the cost column")
     p.add_argument("--cost-reps", type=int, default=7, help="interleaved rounds for the cost column (0: skip)")
-    p.add_argument("--name", default="meta", help="results/NAME.md")
+    p.add_argument("--name", default="meta", help="results/meta/NAME.md")
     p.add_argument("--note", default="", help="a line added above the notes (e.g. 'smoke run')")
 
 

@@ -9,7 +9,7 @@ steadier than the final snapshot of each env's last episode); the table gives, p
 agent, the IQM over seeds with a 95% percentile-bootstrap interval, and every seed's score.
 The last rows aggregate over games: each score divided by the best agent's IQM on that game
 (so 1 is the best agent), then the IQM over all games × seeds with its interval, and how many
-games each agent has the highest IQM on. Curves go to `results/NAME.npz`.
+games each agent has the highest IQM on. Curves go to `results/minatar/NAME.npz`.
 
 An entry of `--algos` may also name a variant of an agent's defaults (`VARIANTS` below, e.g.
 `rmt-dqnloss`: RMT with DQN's squared loss and clip), to measure what one default costs.

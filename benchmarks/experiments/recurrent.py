@@ -18,7 +18,7 @@ greedy policy's mean return over 128 fresh episodes (`rmtjax.evaluate`, through 
 recurrent agents carry their memory). The table gives the IQM over seeds with a 95% percentile
 bootstrap interval, how many seeds solve the task (greedy return ≥ 0.9 on MemoryChain, ≥ 475 on
 CartPole), and the curves at ten
-points of training; `results/NAME.npz` holds every curve and `results/NAME.png` plots them
+points of training; `results/recurrent/NAME.npz` holds every curve and `results/recurrent/NAME.png` plots them
 (IQM over seeds with the bootstrap band).
 """
 

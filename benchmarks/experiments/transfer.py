@@ -88,8 +88,8 @@ def add_arguments(ap) -> None:
     ap.add_argument("--threshold", type=float, default=None)
     ap.add_argument("--name", default=None)
     ap.add_argument("--reanalyse", action="store_true",
-                    help="train nothing: read the curves of results/NAME.npz again at --threshold and append the "
-                         "table to results/NAME.md")
+                    help="train nothing: read the curves of results/transfer/NAME.npz again at --threshold and append the "
+                         "table to results/transfer/NAME.md")
 
 
 def run(args):
@@ -217,7 +217,7 @@ def reanalyse(args, task):
                        f"{hi:,.0f}] | {speed} | {per_seed} |")
     text = "\n".join([
         "", f"## The same runs at threshold {args.threshold:g}", "",
-        f"- command: `{command()}` (reads results/{args.name}.npz; trains nothing)", "",
+        f"- command: `{command()}` (reads results/transfer/{args.name}.npz; trains nothing)", "",
         f"| variant | env steps (budget) | seeds reaching {args.threshold:g} | IQM env steps to it [95% CI] (censored "
         f"at the budget) | speed-up vs scratch (IQM ratio) [95% CI] | per seed (– never) |",
         "|---|---|---|---|---|---|", *out, ""])

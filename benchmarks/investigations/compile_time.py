@@ -56,7 +56,7 @@ def add_arguments(ap) -> None:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="applies to every row")
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     ap.add_argument("--iters", type=int, default=100, help="iterations per compiled chunk")
-    ap.add_argument("--name", default=None, help="results/NAME.md (default: print only)")
+    ap.add_argument("--name", default=None, help="results/compile_time/NAME.md (default: print only)")
 
 
 def run(args):

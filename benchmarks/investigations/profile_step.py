@@ -174,7 +174,7 @@ def add_arguments(ap) -> None:
     ap.add_argument("--iters", type=int, default=500, help="iterations per timed run")
     ap.add_argument("--reps", type=int, default=3, help="timed runs per phase; the best is kept")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    ap.add_argument("--name", default=None, help="results/NAME.md (default: print only)")
+    ap.add_argument("--name", default=None, help="results/profile_step/NAME.md (default: print only)")
 
 
 def run(args):

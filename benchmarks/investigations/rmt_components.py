@@ -77,7 +77,7 @@ def compiled_steps(overrides: dict, steps: int, batch_size: int = 128):
 def add_arguments(ap) -> None:
     ap.add_argument("--steps", type=int, default=300, help="gradient steps per timed call")
     ap.add_argument("--rounds", type=int, default=7, help="timed calls per variant, alternating; the best is kept")
-    ap.add_argument("--name", default=None, help="results/NAME.md (default: print only)")
+    ap.add_argument("--name", default=None, help="results/rmt_components/NAME.md (default: print only)")
 
 
 def run(args):

@@ -14,7 +14,6 @@ how many reached it) and the IQM of the final greedy return with its 95% interva
 
 from __future__ import annotations
 
-
 import jax
 import numpy as np
 

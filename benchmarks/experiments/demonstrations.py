@@ -101,7 +101,6 @@ def add_arguments(ap) -> None:
 
 
 def run(args):
-
     base = rmtjax.make_config("rmt", args.env)  # the preset, read once: every run below starts from it
     trained, expert_return = expert(base, args.expert_steps)
     demos = collect(trained, args.demo_steps)

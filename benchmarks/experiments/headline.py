@@ -134,5 +134,3 @@ def write_tables(name: str, args) -> None:
     write_headline(name, args)
     if name == "headline":
         claims.upsert_row(claims.headline_row())
-
-

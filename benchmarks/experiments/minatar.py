@@ -17,7 +17,6 @@ An entry of `--algos` may also name a variant of an agent's defaults (`VARIANTS`
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from benchmarks.lib import runner

@@ -110,7 +110,6 @@ def add_arguments(ap) -> None:
 
 
 def run(args):
-
     rows_to_run = [r for r in ROWS if args.only is None or any(s in r[0] for s in args.only)]
     load_before = os.getloadavg()[0]
     t_start = time.perf_counter()

@@ -17,7 +17,6 @@ Compile time is measured apart from run time (`benchmarks.lib.runner.compile_and
 
 from __future__ import annotations
 
-
 import jax
 import numpy as np
 

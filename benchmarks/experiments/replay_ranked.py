@@ -101,7 +101,6 @@ def add_arguments(p) -> None:
 
 
 def run(args):
-
     rows = []
     for capacity in args.capacities:
         for seeds in args.seeds:

@@ -99,7 +99,6 @@ def add_arguments(p) -> None:
 
 
 def run(args):
-
     compat = check_rejax_with_gymnax()
     print(compat, flush=True)
     adapted = "fails" in compat

@@ -151,7 +151,7 @@ def add_arguments(ap) -> None:
 
 def run(args):
     if len(args.steps) != len(args.seeds):
-        raise SystemExit("error: " + "give one --steps value per --seeds value")
+        raise SystemExit("error: give one --steps value per --seeds value")
     from rmtjax import cache
 
     cache.enable(disable=True)  # this script switches the persistent cache on and off itself

@@ -11,7 +11,6 @@ periodic evaluation is switched off so both programs only train.
 
 from __future__ import annotations
 
-
 import jax
 import numpy as np
 
@@ -46,4 +45,3 @@ def run(args):
                     ["trainer", "seeds", "compile s", "run s", "env-steps/s", "final episode_return"], rows,
                     notes=f"{args.steps:,} env steps per seed, 4 envs × 128 steps, 4 epochs × 4 minibatches, 64-64 tanh. "
                           "Ratio > 1 means rmtjax is faster. Both run in the same process, one after the other.")
-

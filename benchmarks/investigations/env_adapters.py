@@ -39,7 +39,6 @@ def add_arguments(p) -> None:
 
 
 def run(args):
-
     load_before = os.getloadavg()[0]
     rows = []
     for n in args.num_envs:
@@ -70,4 +69,3 @@ def run(args):
     Path(args.out).write_text("\n".join(lines))
     print(f"wrote {args.out}")
     return 0
-

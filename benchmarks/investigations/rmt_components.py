@@ -81,7 +81,6 @@ def add_arguments(ap) -> None:
 
 
 def run(args):
-
     built = {name: compiled_steps(sets, args.steps) for name, sets in VARIANTS.items()}
     best = dict.fromkeys(built, float("inf"))
     for fn, a, _ in built.values():

@@ -65,4 +65,3 @@ def smooth(values: np.ndarray, share: float = 0.01) -> np.ndarray:
     count[:, window:] = count[:, window:] - count[:, :-window]
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(count > 0, total / np.maximum(count, 1), np.nan)
-

@@ -69,4 +69,3 @@ def ratio_ci(scratch, other, reps: int = 2000, seed: int = 0):
     rb = b[rng.integers(0, b.size, size=(reps, b.size))]
     stats = iqm_along(ra, axis=1) / np.maximum(iqm_along(rb, axis=1), 1.0)
     return iqm(a) / max(iqm(b), 1.0), float(np.quantile(stats, 0.025)), float(np.quantile(stats, 0.975))
-

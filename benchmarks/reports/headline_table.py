@@ -310,12 +310,12 @@ def _plot(name: str, pieces: dict) -> None:
 def resolve(args) -> str:
     """Check the plan's options, fill in what they leave to the mode; the table's name."""
     if args.smoke and args.gpu:
-        raise SystemExit("error: " + "--smoke and --gpu exclude each other")
+        raise SystemExit("error: --smoke and --gpu exclude each other")
     args.steps = args.steps or (512 if args.smoke else 1_000_000)
     if args.smoke:
         args.atari_steps = 128
     if args.repro and (args.smoke or args.gpu):
-        raise SystemExit("error: " + "--repro runs the reproduction rows alone")
+        raise SystemExit("error: --repro runs the reproduction rows alone")
     return args.name or ("headline_smoke" if args.smoke else "headline_gpu" if args.gpu else
                          "headline_repro" if args.repro else "headline")
 

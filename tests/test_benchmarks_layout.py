@@ -67,7 +67,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def test_the_cycle_finder_finds_a_circle_hidden_behind_a_function_level_import(tmp_path):
-    # the circle this layout removed: claims -> suite -> claims, through imports inside functions
+    # like the circle this layout removed (claims, suite and headline importing each other inside functions)
     assert _cycle({"claims": {"stats"}, "suite": {"claims"}, "stats": set()}) is None
     assert _cycle({"claims": {"suite"}, "suite": {"headline"}, "headline": {"claims"}}) == \
         ["claims", "suite", "headline", "claims"]

@@ -183,3 +183,10 @@ def test_the_readme_names_every_results_file():
     missing = [str(p.relative_to(BENCH / "results")) for p in (BENCH / "results").glob("*/*.md")
                if f"`{p.relative_to(BENCH / 'results')}`" not in readme]
     assert not missing, f"benchmarks/README.md does not say how to reproduce {missing}"
+
+
+def test_the_package_root_holds_only_the_entry_point():
+    """A new script goes into experiments/ (or investigations/, reports/) with add_arguments/run,
+    not beside the entry point, and a config file is TOML in configs/."""
+    loose = sorted(p.name for p in BENCH.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+    assert not loose, f"benchmarks/{loose}: move into experiments/, reports/ or investigations/"

@@ -144,7 +144,7 @@ def _masked_chunk(vstep: Callable, max_length: int) -> Callable:
 def _over_seeds(step: Callable, seeds: int) -> Callable:
     """`step(state, t)` over the seed axis of a batched state. One seed runs the unbatched step
     on the state's only row: XLA compiles a vmap of one into batched kernels (LayerNorm's above
-    all) that cost up to twice the unbatched ones on a CPU (benchmarks/results/speed_rmt.md)."""
+    all) that cost up to twice the unbatched ones on a CPU (benchmarks/results/speed/speed_rmt.md)."""
     if seeds != 1:
         return jax.vmap(step, in_axes=(0, None))
 

@@ -2,7 +2,7 @@
 
 IQM (Agarwal et al., 2021, "Deep RL at the edge of the statistical precipice") is the mean of
 the middle 50% of the values: robust to a few failed or lucky seeds, less noisy than the median.
-Used by sweeps (`rmtjax.sweep`) and the benchmarks (`benchmarks/stats.py` builds on these).
+Used by sweeps (`rmtjax.sweep`) and the benchmarks (`benchmarks/lib/stats.py` builds on these).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@ import types
 
 import numpy as np
 
-from benchmarks.choose import time_to_threshold
+from benchmarks.experiments.choose import time_to_threshold
 
 
 def test_time_to_threshold_counts_compile_and_the_share_of_the_run_until_the_first_evaluation_at_it():

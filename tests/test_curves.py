@@ -1,7 +1,7 @@
 import numpy as np
 
-from benchmarks.common import command
-from benchmarks.curves import grid_points, late_mean, smooth
+from benchmarks.lib.runner import command
+from benchmarks.lib.curves import grid_points, late_mean, smooth
 
 
 def test_grid_points_share_columns_across_agents_and_skip_seeds_without_episodes():
@@ -33,8 +33,8 @@ def test_late_mean_averages_each_seeds_last_tenth_and_skips_pre_episode_iteratio
 
 
 def test_command_names_the_module_not_the_checkout_path():
-    argv = ["/some/checkout/benchmarks/curves.py", "--env", "Acrobot-v1"]
-    assert command(argv) == "python -m benchmarks.curves --env Acrobot-v1"
+    argv = ["/some/checkout/benchmarks/__main__.py", "curves", "--env", "Acrobot-v1"]
+    assert command(argv) == "python -m benchmarks curves --env Acrobot-v1"
     assert command(["script.py", "--x"]) == "python script.py --x"
 
 

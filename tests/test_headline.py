@@ -1,5 +1,6 @@
-"""benchmarks/headline.py: every row of the headline table (CPU and --gpu) is a valid config.
-(`python -m benchmarks.headline --smoke` trains three of them for real; about a minute.)"""
+"""The headline table (benchmarks/reports/headline_table.py, run by benchmarks/experiments/headline.py):
+every row (CPU and --gpu) is a valid config; pieces run apart add up to one table.
+(`python -m benchmarks headline --smoke` trains three of them for real; about a minute.)"""
 
 import argparse
 
@@ -11,7 +12,9 @@ pytest.importorskip("Box2D", reason="the headline table's Box2D rows need the bo
 pytest.importorskip("ale_py", reason="the headline table's Atari rows need the atari extra")
 pytest.importorskip("cv2", reason="the headline table's Atari rows need the atari extra")
 
-from benchmarks import headline  # noqa: E402
+from benchmarks.__main__ import main as bench  # noqa: E402
+from benchmarks.experiments import headline as experiment  # noqa: E402
+from benchmarks.reports import headline_table as headline  # noqa: E402
 
 
 def args(**kw):
@@ -62,10 +65,9 @@ def test_the_gpu_table_adds_10m_step_atari_and_minatar_rows():
 
 
 def test_pieces_run_apart_add_up_to_one_table(tmp_path, monkeypatch):
-    import benchmarks.common
+    import benchmarks.lib.runner
 
-    monkeypatch.setattr(headline, "RESULTS", tmp_path)
-    monkeypatch.setattr(benchmarks.common, "RESULTS", tmp_path)
+    monkeypatch.setattr(benchmarks.lib.runner, "RESULTS", tmp_path)
     env = "gymnasium:LunarLander-v3"
     meta = {"env": env, "algo": "ppo", "source": "preset", "seeds": 2, "env_steps": 999_424, "run_seconds": 100.0,
             "compile_seconds": 5.0, "git": "abc1234", "date": "2026-12-04 00:00 UTC", "machine": "m", "load": "1.0",
@@ -81,14 +83,15 @@ def test_pieces_run_apart_add_up_to_one_table(tmp_path, monkeypatch):
     assert stored[0]["curve"].shape == (2, headline.CURVE_POINTS)  # binned
     assert stored[0]["curve_env_steps"][-1] == steps[-1] and np.isnan(stored[0]["curve"][0, 0])
 
-    (tmp_path / "claims.md").write_text("# Claims\n\n| claim | measured | reading | command |\n|---|---|---|---|\n"
+    (tmp_path / "claims").mkdir()
+    (tmp_path / "claims" / "claims.md").write_text("# Claims\n\n| claim | measured | reading | command |\n|---|---|---|---|\n"
                                         "| other | x | y | z |\n\nnotes\n")
     ran = []
-    monkeypatch.setattr(headline, "run_piece", lambda name, e, a, s, args: ran.append((e, a, args.seed)))
+    monkeypatch.setattr(experiment, "run_piece", lambda name, e, a, s, args: ran.append((e, a, args.seed)))
     monkeypatch.setattr(headline, "_plot", lambda *a: None)
-    headline.main(["--envs", env, "--algos", "ppo", "dqn", "--seed", "1"])
+    bench(["headline", "--envs", env, "--algos", "ppo", "dqn", "--seed", "1"])
     assert ran == [(env, "dqn", 1)]  # the stored piece (ppo, key 1) is not run again
-    text = (tmp_path / "headline.md").read_text()
+    text = (tmp_path / "headline" / "headline.md").read_text()
     row = next(line for line in text.splitlines() if line.startswith(f"| {env} | ppo |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[4] == "4" and cells[6] == "100.0 120.0 140.0 160.0" and cells[11] == "210"
@@ -104,17 +107,19 @@ def test_pieces_run_apart_add_up_to_one_table(tmp_path, monkeypatch):
     assert f"| {env} | dqn | {headline.PRESET_SOURCE['dqn']} | 1,000,000 | 0 | not run yet |" in text  # every planned row is listed
     assert text.count("| abc1234 |") == 2  # each piece's provenance
     # the design's claim beside the measured row in claims.md, added once and then kept current
-    claims = (tmp_path / "claims.md").read_text().splitlines()
+    claims = (tmp_path / "claims" / "claims.md").read_text().splitlines()
     assert claims[5].startswith("| RMT beats PPO and SAC at 1M env steps") and claims[4] == "| other | x | y | z |"
     assert "ppo 130.0 [" in claims[5] and "(claimed 198), 4 seeds" in claims[5] and "rmt not run yet" in claims[5]
-    headline.main(["--table"])
-    assert (tmp_path / "claims.md").read_text().count("| RMT beats PPO") == 1
+    bench(["headline", "--table"])
+    assert (tmp_path / "claims" / "claims.md").read_text().count("| RMT beats PPO") == 1
 
 
 def test_the_claims_row_reads_the_greedy_evaluation_apart_from_the_training_return(tmp_path, monkeypatch):
-    from benchmarks.claims import headline_row
+    from benchmarks.reports.claims import headline_row
 
-    monkeypatch.setattr(headline, "RESULTS", tmp_path)  # the pieces go to tmp_path, not the stored results
+    import benchmarks.lib.runner
+
+    monkeypatch.setattr(benchmarks.lib.runner, "RESULTS", tmp_path)  # the pieces go to tmp_path, not the stored results
 
     env = "gymnasium:LunarLanderContinuous-v3"
     returns, steps = np.zeros((5, 10)), np.arange(1, 11) * 100_000

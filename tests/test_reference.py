@@ -1,4 +1,4 @@
-"""The speed-of-light references (benchmarks/reference.py): ring buffer, bootstrapping at
+"""The speed-of-light references (benchmarks/lib/reference.py): ring buffer, bootstrapping at
 episode ends, GAE, and tiny vmapped runs of both loops."""
 
 import dataclasses
@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from benchmarks.reference import (DQNSettings, PPOSettings, env_step, gae, make_dqn, make_ppo, ring_sample,
+from benchmarks.lib.reference import (DQNSettings, PPOSettings, env_step, gae, make_dqn, make_ppo, ring_sample,
                                   ring_write, td_targets)
 
 

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from benchmarks.stats import bootstrap_band, bootstrap_ci, iqm, iqm_along, iqm_ci, stratified_iqm_ci
+from benchmarks.lib.stats import bootstrap_band, bootstrap_ci, iqm, iqm_along, iqm_ci, stratified_iqm_ci
 
 
 def test_iqm_is_the_mean_of_the_middle_half():

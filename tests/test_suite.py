@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from benchmarks.suite import FULL, QUICK, Run, fits, normalise, parse_args
+from benchmarks.experiments.suite import FULL, QUICK, Run, fits, normalise, parse_args
 
 
 def fake_run(returns, counts, env="CartPole-v1", num_envs=2, steps_per_iter=10):
@@ -64,7 +64,7 @@ def test_quick_budget_gives_every_agent_equal_steps_on_an_env():
 
 
 def test_claims_table_reads_every_claim_from_the_runs(monkeypatch):
-    from benchmarks import claims
+    from benchmarks.experiments import suite as suite_module
 
     def run(algo, env, steps, sets, tag=""):
         r = fake_run([[-200, -150, -120, -100]] * 4 if env == "MountainCar-v0" else [[10, 120, 300, 480]] * 4,
@@ -81,9 +81,9 @@ def test_claims_table_reads_every_claim_from_the_runs(monkeypatch):
     suite = SimpleNamespace(budget=QUICK, args=SimpleNamespace(mode="quick", ablation_envs=("CartPole-v1",)), run=run,
                             throughput={"ppo": {"rmtjax": {"sps": 30_000.0}, "sb3": {"sps": 1_000.0}}},
                             log=lambda msg: None, header=lambda title: ["# ", "", "- machine: test"])
-    monkeypatch.setattr(claims, "env_step_times", lambda: {"gymnax_1": 2.0, "gymnax_64": 0.05, "gymnasium_1": 20.0,
+    monkeypatch.setattr(suite_module, "env_step_times", lambda: {"gymnax_1": 2.0, "gymnax_64": 0.05, "gymnasium_1": 20.0,
                                                            "gymnasium_64": 0.5})
-    text = claims.build(suite)
+    text = suite_module.claims_table(suite)
     lines = text.splitlines()
     rows = lines[lines.index("|---|---|---|---|") + 1:][:6]
     assert all(row.count(" | ") == 3 for row in rows), "four cells, no stray pipes"
@@ -95,7 +95,7 @@ def test_claims_table_reads_every_claim_from_the_runs(monkeypatch):
 
 
 def test_median_steps_lists_every_seed_sorted_with_never_for_a_miss():
-    from benchmarks.claims import _median_steps
+    from benchmarks.experiments.suite import _median_steps
 
     text = _median_steps(np.array([120_000.0, np.inf, 98_500.0]))
     assert text == "120,000 (2/3 seeds reached; per seed, sorted: 98.5k, 120.0k, never)"

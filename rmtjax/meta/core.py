@@ -172,7 +172,7 @@ def rules_move(m: MetaState, hparams, cfg: MetaConfig, max_entropy: float | None
     learner is doing well: bootstrapped targets grow as values propagate (SAC's critic loss
     on Pendulum rises tenfold while the return climbs from -1200 to -150). Cutting on the loss
     alone took SAC's lr to the floor within a fifth of the run and it never learned
-    (benchmarks/results/meta_pendulum.md). A rising loss with a falling return is the
+    (benchmarks/results/meta/meta_pendulum.md). A rising loss with a falling return is the
     signature of an update that is too large.
     """
     due = decision_due(m, cfg)

@@ -14,7 +14,7 @@ finish. A network init has several independent layers, so several batched QRs ca
 when they occupy every pool thread (2 on a 2-core machine), nobody is left to run the chunks and
 the process hangs at 0% CPU. Gram–Schmidt is plain matmuls and reductions: under `vmap` it
 becomes batched dots, never a custom call. (Upstream turned the LAPACK batch splitting off for
-open-source builds after 0.11.0; `benchmarks/jax_cpu_deadlock.py` reproduces the hang.)
+open-source builds after 0.11.0; `benchmarks/investigations/jax_cpu_deadlock.py` reproduces the hang.)
 """
 
 from __future__ import annotations

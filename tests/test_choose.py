@@ -15,7 +15,7 @@ def test_time_to_threshold_counts_compile_and_the_share_of_the_run_until_the_fir
 
 
 def test_the_minatar_aggregate_divides_each_games_iqm_by_the_best_and_resamples_seeds():
-    from benchmarks.minatar_budget import aggregate
+    from benchmarks.experiments.minatar_budget import aggregate
 
     scores = {"a": {"g1": np.array([1.0, 2.0, 3.0, 4.0]), "g2": np.array([10.0, 10.0, 10.0, 10.0])},
               "b": {"g1": np.array([4.0, 4.0, 4.0, 4.0]), "g2": np.array([5.0, 5.0, 5.0, 5.0])}}

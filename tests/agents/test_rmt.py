@@ -11,6 +11,7 @@ from rmtjax.agents.qlearn import NStepWindow
 
 def agent_for(algo="rmt", env="CartPole-v1", **extra):
     cfg = rmtjax.make_config(algo, env, {"train.total_steps": 2000, "train.progress": False, "agent.n_step": 3,
+                                         "env.num_envs": 4, "agent.rollout_len": 4, "agent.updates_per_step": 0.25,
                                          "agent.hidden": [16, 16], "agent.buffer_size": 2000, "agent.batch_size": 8,
                                          **extra})
     return build_agent(cfg)
@@ -157,6 +158,7 @@ def test_eps_hold_keeps_exploratory_actions_for_several_steps():
 def test_learning_rate_decays_linearly_to_its_end_share():
     cfg = rmtjax.make_config("rmt", "CartPole-v1", {
         "train.total_steps": 640, "train.progress": False, "agent.hidden": [8, 8], "agent.buffer_size": 400, "agent.replay": "uniform",
+        "env.num_envs": 4, "agent.rollout_len": 4,
         "agent.batch_size": 8, "agent.learning_starts": 0, "agent.lr": 1e-3, "agent.lr_end_frac": 0.1})
     lr = rmtjax.train(cfg, jax.random.key(0)).metrics["lr_in_force"][0]  # 640 / (4 envs × 4 steps) = 40 iterations
     progress = np.arange(40) / 40
@@ -174,10 +176,10 @@ def test_cnn_torso_needs_images():
 
 
 @pytest.mark.slow
-def test_rmt_with_tiered_replay_learns_cartpole():
+def test_rmt_with_tiered_replay_learns_cartpole(tmp_path, capsys):
     cfg = rmtjax.make_config("rmt", "CartPole-v1", {"train.total_steps": 20_000, "train.progress": False,
                                                     "train.num_chunks": 2})
-    result = rmtjax.train(cfg, jax.random.key(0))
+    result = rmtjax.train(cfg, jax.random.key(0), run_dir=tmp_path / "run")
     # random play scores about 22
     assert result.final_return[0] > 100, result.final_return
     m = result.metrics
@@ -185,6 +187,9 @@ def test_rmt_with_tiered_replay_learns_cartpole():
     assert m["hot_size"][0, -1] > 0 and m["warm_size"][0, -1] > 0 and m["cold_size"][0, -1] > 0
     assert m["hot_share"][0, -1] > 0.1 and m["cold_share"][0, -1] > 0.1
     assert np.all(np.isfinite(m["td_error_ema"]))
+    from tests.helpers import assert_no_doctor_findings
+
+    assert_no_doctor_findings(result, capsys)  # a healthy run of every agent: no training doctor finding
 
 
 def test_uniform_replay_computes_no_td_at_insertion_and_the_top_share_is_periodic():

@@ -1,7 +1,7 @@
 """Where RMT's compile time goes: cold compile of the init program and of one chunk for RMT at its
 CartPole preset's network with one component switched off at a time, beside rmtjax DQN.
 
-    python -m benchmarks.rmt_compile [--seeds 1] [--name rmt_compile]
+    python -m benchmarks rmt_compile [--seeds 1] [--name rmt_compile]
 
 Each variant is compiled twice from a new `Program` with the persistent cache off; the table gives
 the faster of the two (this machine's compile times drift by ±10%), and the optimised HLO's line
@@ -17,7 +17,7 @@ import jax
 import numpy as np
 
 import rmtjax
-from benchmarks.common import write_table
+from benchmarks.lib.tables import write_table
 from rmtjax import cache
 from rmtjax.driver import Program, seed_keys
 
@@ -54,11 +54,12 @@ def measure(algo: str, overrides: dict, seeds: int, repeats: int = 2):
     return best
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(ap) -> None:
     ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--name", default="rmt_compile")
-    args = ap.parse_args(argv)
+
+
+def run(args):
     cache.enable(disable=True)
     rows, base = [], None
     for label, (algo, overrides) in VARIANTS.items():
@@ -69,10 +70,7 @@ def main(argv=None):
         rows.append([label, f"{init_s:.2f}", f"{chunk_s:.2f}", f"**{total:.2f}**",
                      "—" if base is None or label == "rmt (its defaults)" else f"{total - base:+.2f}", f"{lines:,}"])
         print(" | ".join(rows[-1]), flush=True)
-    write_table(args.name, f"Where RMT's compile time goes (CartPole-v1, {args.seeds} seed(s))",
+    write_table("rmt_compile", args.name, f"Where RMT's compile time goes (CartPole-v1, {args.seeds} seed(s))",
                 ["variant", "init s", "chunk s", "total s", "vs rmt", "chunk HLO lines"], rows,
                 notes=__doc__.split("\n\n", 2)[2])
 
-
-if __name__ == "__main__":
-    main()

@@ -2,8 +2,8 @@
 (compilation not counted), then its greedy policy is evaluated; a table of IQMs with 95% intervals
 and the aggregate score (each game's IQM ÷ the best agent's IQM on that game, averaged over games).
 
-    python -m benchmarks.minatar_budget [--budget-seconds 60] [--seeds 4] [--algos rmt dqn pqn]
-                                        [--configs benchmarks/configs/rmt_many_envs.yaml] [--name minatar_budget]
+    python -m benchmarks minatar_budget [--budget-seconds 60] [--seeds 4] [--algos rmt dqn pqn]
+                                        [--configs benchmarks/configs/agents/rmt_many_envs.yaml] [--name minatar_budget]
 
 Each agent runs at its preset where it has one (DQN and PQN on Breakout-MinAtar), else at its
 defaults; each `--configs` file is one more entry run on every game. One program per (agent,
@@ -13,11 +13,9 @@ resamples each (agent, game)'s seeds (5,000 draws) with the per-game best held a
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 
-from benchmarks.common import write_table
+from benchmarks.lib.tables import write_table
 from rmtjax.compare import compare
 from rmtjax.stats import iqm
 
@@ -42,15 +40,16 @@ def aggregate(scores: dict[str, dict[str, np.ndarray]], draws: int = 5000, seed:
     return out
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(ap) -> None:
     ap.add_argument("--budget-seconds", type=float, default=60.0)
     ap.add_argument("--seeds", type=int, default=4)
     ap.add_argument("--algos", nargs="+", default=["rmt", "dqn", "pqn"])
-    ap.add_argument("--configs", nargs="*", default=["benchmarks/configs/rmt_many_envs.yaml"])
+    ap.add_argument("--configs", nargs="*", default=["benchmarks/configs/agents/rmt_many_envs.yaml"])
     ap.add_argument("--games", nargs="+", default=list(GAMES))
     ap.add_argument("--name", default="minatar_budget")
-    args = ap.parse_args(argv)
+
+
+def run(args):
     header = ["game", "agent", "env steps / seed", "env-steps/s", "compile s", "greedy IQM [95% CI]", "per seed"]
     rows, scores = [], {}
     for game in args.games:  # one game at a time, so the table grows as it goes
@@ -67,9 +66,6 @@ def main(argv=None):
                  f"greedy evaluation of 10 episodes per seed after it.", "",
                  "| agent | aggregate (IQM ÷ best, mean over games) [95% CI] |", "|---|---|"]
         notes += [f"| {k} | **{p:.3f}** [{lo:.3f}, {hi:.3f}] |" for k, (p, lo, hi) in agg.items()]
-        write_table(args.name, "MinAtar at equal wall-clock", header, rows,
+        write_table("minatar_budget", args.name, "MinAtar at equal wall-clock", header, rows,
                     notes="\n".join(notes) + "\n\n" + __doc__.split("\n\n", 2)[2])
 
-
-if __name__ == "__main__":
-    main()

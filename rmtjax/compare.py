@@ -32,7 +32,9 @@ import io
 import json
 import math
 import os
+import sys
 import time
+import types
 import warnings
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -333,3 +335,15 @@ def _write(cmp: CompareResult, out: Path) -> None:
         png = None  # no matplotlib: the table is there, the plot is not (pip install 'rmtjax[plot]')
     if png is not None:
         safefs.write_atomic(out / "curves.png", png)
+
+
+
+class _CallableModule(types.ModuleType):
+    """`rmtjax.compare` is both this module and the function `compare`: importing the module (`from
+    rmtjax.compare import ...`) makes it the package's attribute, so calling it calls the function."""
+
+    def __call__(self, *args, **kwargs):
+        return compare(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

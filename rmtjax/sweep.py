@@ -26,6 +26,8 @@ from __future__ import annotations
 import dataclasses
 import io
 import math
+import sys
+import types
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -250,3 +252,15 @@ def _result(config: Config, info: dict, result) -> SweepResult:
         if png is not None:
             safefs.write_atomic(Path(result.run_dir) / "heatmap.png", png)
     return out
+
+
+
+class _CallableModule(types.ModuleType):
+    """`rmtjax.sweep` is both this module and the function `sweep`: importing the module (`from
+    rmtjax.sweep import ...`) makes it the package's attribute, so calling it calls the function."""
+
+    def __call__(self, *args, **kwargs):
+        return sweep(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

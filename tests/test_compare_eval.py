@@ -347,3 +347,15 @@ def test_configs_without_evaluation_are_written_as_before():
     on = cfg.override({"train.eval_every": 3})
     assert on.to_dict()["train"]["eval_every"] == 3 and rmtjax.Config.from_dict(on.to_dict()) == on
     assert on.differences(cfg) == [("train.eval_every", 3, "<unset>")]
+
+
+def test_importing_the_compare_and_sweep_modules_keeps_the_functions_callable():
+    import subprocess
+    import sys
+
+    code = ("import rmtjax.compare, rmtjax.sweep, rmtjax\n"
+            "from rmtjax.compare import compare\n"
+            "assert rmtjax.compare.compare is compare and rmtjax.compare.__call__\n"
+            "try:\n    rmtjax.compare(seeds=0)\nexcept rmtjax.ConfigError as e:\n    print('refused:', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.startswith("refused: seeds: expected an integer")

@@ -41,7 +41,7 @@ def test_distributed_section_round_trips_and_defaults_to_one_device():
     ({"distributed.devices": 4, "distributed.fusion": "topk", "distributed.topk_fraction": 0.0},
      r"topk_fraction: 0.0 is out of range; allowed \(0.0, 1.0\]"),
     ({"distributed.devices": 4, "distributed.error_feedback": False}, "mean fusion is exact"),
-    ({"distributed.devices": 3}, "env.num_envs: 4 must be a multiple of distributed.devices"),
+    ({"distributed.devices": 3}, r"env.num_envs: \d+ must be a multiple of distributed.devices"),
     ({"distributed.devices": 4, "agent.batch_size": 66}, "agent.batch_size: 66 must be a multiple"),
     ({"algo": "ppo", "distributed.devices": 4, "agent.rollout_len": 6}, "agent.num_minibatches: 4 must divide each "
                                                                          "device's share of the rollout"),

@@ -162,7 +162,7 @@ def test_draws_follow_the_tiered_distribution_over_the_whole_capacity():
 
 def small(**overrides):
     base = {"train.total_steps": 2400, "train.num_seeds": 2, "train.progress": False, "env.num_envs": 4,
-            "agent.rollout_len": 2, "agent.torso": "mlp", "agent.hidden": [16], "agent.batch_size": 16,
+            "agent.rollout_len": 2, "agent.updates_per_step": 0.25, "agent.torso": "mlp", "agent.hidden": [16], "agent.batch_size": 16,
             "agent.learning_starts": 200, "agent.replay": "hierarchical", "agent.hier_sampling": "prefetch",
             "agent.buffer_size": 800, "agent.device_fraction": 0.25, "agent.disk_fraction": 0.5,
             "agent.sync_every": 5, "agent.tier_fractions": [0.05, 0.15, 0.8], "train.num_chunks": 3,

@@ -7,6 +7,8 @@ The public names below are loaded on first use (PEP 562), so importing a layer s
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 
 __version__ = "0.1.0"
 
@@ -27,6 +29,19 @@ def __getattr__(name: str):
         globals()[name] = value  # later lookups skip this function
         return value
     raise AttributeError(f"module 'rmtjax' has no attribute {name!r}")
+
+
+def _callable_module(module_name: str, function) -> None:
+    """Make the module `module_name` (rmtjax.compare, rmtjax.sweep: modules named after the public
+    function they hold) callable as that function. Importing such a module (`from rmtjax.compare
+    import ...`) makes it the package's attribute in place of the function; this keeps
+    `rmtjax.compare(...)` working either way."""
+
+    class CallableModule(types.ModuleType):
+        def __call__(self, *args, **kwargs):
+            return function(*args, **kwargs)
+
+    sys.modules[module_name].__class__ = CallableModule
 
 
 def __dir__():

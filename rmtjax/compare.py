@@ -32,16 +32,14 @@ import io
 import json
 import math
 import os
-import sys
 import time
-import types
 import warnings
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from rmtjax import stats
+from rmtjax import _callable_module, stats
 from rmtjax.config import Config, ConfigError, load_config, make_config
 
 OUTPUTS = ("compare.md", "compare.csv", "results.json", "curves.png")
@@ -338,12 +336,5 @@ def _write(cmp: CompareResult, out: Path) -> None:
 
 
 
-class _CallableModule(types.ModuleType):
-    """`rmtjax.compare` is both this module and the function `compare`: importing the module (`from
-    rmtjax.compare import ...`) makes it the package's attribute, so calling it calls the function."""
 
-    def __call__(self, *args, **kwargs):
-        return compare(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
+_callable_module(__name__, compare)  # rmtjax.compare stays the function after this module is imported

@@ -26,13 +26,12 @@ from __future__ import annotations
 import dataclasses
 import io
 import math
-import sys
-import types
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from rmtjax import _callable_module
 from rmtjax.config import Config
 from rmtjax.schema import ConfigError
 
@@ -255,12 +254,5 @@ def _result(config: Config, info: dict, result) -> SweepResult:
 
 
 
-class _CallableModule(types.ModuleType):
-    """`rmtjax.sweep` is both this module and the function `sweep`: importing the module (`from
-    rmtjax.sweep import ...`) makes it the package's attribute, so calling it calls the function."""
 
-    def __call__(self, *args, **kwargs):
-        return sweep(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
+_callable_module(__name__, sweep)  # rmtjax.sweep stays the function after this module is imported

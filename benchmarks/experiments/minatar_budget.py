@@ -61,7 +61,7 @@ def run(args):
                          f"{r['eval_iqm']:.2f} [{r['eval_lo']:.2f}, {r['eval_hi']:.2f}]",
                          " ".join(f"{v:.1f}" for v in e.eval_return)])
             print(" | ".join(rows[-1]), flush=True)
-        agg = aggregate({k: v for k, v in scores.items() if len(v) == len(scores[next(iter(scores))])})
+        agg = aggregate(scores)  # every entry has run every game so far
         notes = [f"Budget: {args.budget_seconds:g} s of training per (agent, game), {args.seeds} seeds; "
                  f"greedy evaluation of 10 episodes per seed after it.", "",
                  "| agent | aggregate (IQM ÷ best, mean over games) [95% CI] |", "|---|---|"]

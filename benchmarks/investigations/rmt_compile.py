@@ -21,9 +21,10 @@ from benchmarks.lib.tables import write_table
 from rmtjax import cache
 from rmtjax.driver import Program, seed_keys
 
+BASE = "rmt (its defaults)"
 VARIANTS = {
     "dqn (rmtjax DQN, its defaults)": ("dqn", {}),
-    "rmt (its defaults)": ("rmt", {}),
+    BASE: ("rmt", {}),
     "rmt, n_step 1 (no n-step window to fill in init)": ("rmt", {"agent.n_step": 1}),
     "rmt, uniform replay": ("rmt", {"agent.replay": "uniform"}),
     "rmt, MLP torso": ("rmt", {"agent.torso": "mlp"}),
@@ -65,10 +66,10 @@ def run(args):
     for label, (algo, overrides) in VARIANTS.items():
         init_s, chunk_s, lines = measure(algo, overrides, args.seeds)
         total = init_s + chunk_s
-        if label.startswith("rmt (its"):
+        if label == BASE:
             base = total
         rows.append([label, f"{init_s:.2f}", f"{chunk_s:.2f}", f"**{total:.2f}**",
-                     "—" if base is None or label == "rmt (its defaults)" else f"{total - base:+.2f}", f"{lines:,}"])
+                     "—" if base is None or label == BASE else f"{total - base:+.2f}", f"{lines:,}"])
         print(" | ".join(rows[-1]), flush=True)
     write_table("rmt_compile", args.name, f"Where RMT's compile time goes (CartPole-v1, {args.seeds} seed(s))",
                 ["variant", "init s", "chunk s", "total s", "vs rmt", "chunk HLO lines"], rows,

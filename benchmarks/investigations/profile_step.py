@@ -100,8 +100,8 @@ def profile(cfg: rmtjax.Config, iters: int = 500, reps: int = 3, seed: int = 0) 
     _, new = jax.jit(act)(state, k)
 
     def store(s, key):
-        replay, td = vmap(lambda s, n: agent._store(s, n, s.hparams.gamma))(s, new)
-        return s.replace(replay=replay), td
+        replay = vmap(agent.replay.add)(s.replay, new)  # no forward pass at insertion
+        return s.replace(replay=replay), jnp.zeros(())
 
     out["store"] = _best(jax.jit(lambda s: repeat(store, s)), (state,), reps) / iters
 

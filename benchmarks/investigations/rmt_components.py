@@ -46,18 +46,28 @@ def macs_per_sample(params) -> int:
                if x.ndim == 2 and "kernel" in jax.tree_util.keystr(path))
 
 
-def compiled_steps(overrides: dict, steps: int, batch_size: int = 128):
-    """(the compiled scan of `steps` gradient steps, its arguments, forward MACs per sample)."""
-    cfg = rmtjax.make_config("rmt", "CartPole-v1", {"agent.batch_size": batch_size, **overrides})
+def _observations(key, agent, batch_size):
+    """A batch of observations of the agent's shape: normal draws, or 0/1 cells for images."""
+    shape = (batch_size,) + agent.spec.obs_shape
+    if len(agent.spec.obs_shape) == 3:
+        return jax.random.bernoulli(key, 0.1, shape).astype(agent.spec.obs_dtype)
+    return jax.random.normal(key, shape)
+
+
+def compiled_steps(overrides: dict, steps: int, batch_size: int = 128, env: str = "CartPole-v1", swap=None):
+    """(the compiled scan of `steps` gradient steps, its arguments, forward MACs per sample).
+    `swap(agent)`: replaces the agent's networks before anything is traced (same parameters)."""
+    cfg = rmtjax.make_config("rmt", env, {"agent.batch_size": batch_size, **overrides})
     agent = Program(cfg).agent
+    if swap is not None:
+        swap(agent)
     state = jax.jit(agent.init)(jax.random.key(0))
     k = jax.random.split(jax.random.key(1), 3)
     n = agent.cfg.n_step
-    obs_shape = agent.spec.obs_shape
-    batch = {"obs": jax.random.normal(k[0], (batch_size,) + obs_shape),
+    batch = {"obs": _observations(k[0], agent, batch_size),
              "action": jax.random.randint(k[1], (batch_size,), 0, agent.spec.num_actions),
              "rewards": jnp.ones((batch_size, n)), "steps": jnp.full((batch_size,), n, jnp.int32),
-             "boot_obs": jax.random.normal(k[2], (batch_size,) + obs_shape),
+             "boot_obs": _observations(k[2], agent, batch_size),
              "terminated": jnp.zeros((batch_size,), bool)}
     weight = jnp.ones((batch_size,))
     clip = jnp.float32(agent.cfg.max_grad_norm)
@@ -71,7 +81,7 @@ def compiled_steps(overrides: dict, steps: int, batch_size: int = 128):
         return jax.lax.scan(body, (params, opt_state, prec), None, length=steps)
 
     args = (state.params, state.opt_state, state.precision, state.target_params, state.hparams.gamma)
-    return jax.jit(run).lower(*args).compile(), args, macs_per_sample(state.params)
+    return jax.jit(run).lower(*args).compile(), args, macs_per_sample(state.params), (agent, state)
 
 
 def add_arguments(ap) -> None:
@@ -83,10 +93,10 @@ def add_arguments(ap) -> None:
 def run(args):
     built = {name: compiled_steps(sets, args.steps) for name, sets in VARIANTS.items()}
     best = dict.fromkeys(built, float("inf"))
-    for fn, a, _ in built.values():
+    for fn, a, *_ in built.values():
         jax.block_until_ready(fn(*a))
     for _ in range(args.rounds):
-        for name, (fn, a, _) in built.items():
+        for name, (fn, a, *_) in built.items():
             t0 = time.perf_counter()
             jax.block_until_ready(fn(*a))
             best[name] = min(best[name], (time.perf_counter() - t0) / args.steps * 1e6)

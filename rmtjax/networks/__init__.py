@@ -9,7 +9,7 @@ from rmtjax.networks.init import orthogonal
 from rmtjax.networks.torsos import MLP, ConvFractalBlock, ConvFractalTorso, FractalBlock, FractalTorso, MinAtarCNN, NatureCNN, ResidualMLP, activation_fn, \
     check_image_torso
 
-TORSOS = ("mlp", "fractal", "residual", "cnn", "nature_cnn")
+TORSOS = ("mlp", "fractal", "dense_fractal", "residual", "cnn", "nature_cnn")
 
 __all__ = ["MLP", "ConvFractalBlock", "ConvFractalTorso", "ActorNet", "CriticNet", "FractalBlock", "FractalTorso", "MinAtarCNN", "NatureCNN", "PerDimQHead", "QHead",
            "QNet", "QNetwork", "ResidualMLP", "TORSOS", "TanhGaussianActor", "activation_fn", "check_image_torso", "make_torso",
@@ -21,12 +21,13 @@ def make_torso(kind: str, hidden, activation: str, layer_norm: bool, dtype, cnn_
     """A torso by name; `hidden` gives the widths (MLP; the dense layers after the Nature CNN's
     convolutions), `(width,) * num_blocks` (fractal, residual) or the MinAtar CNN's one width.
     `fractal` on image observations (`image`: [H, W, C]) is the convolutional fractal torso:
-    `len(hidden)` blocks of `cnn_channels` channels, then a dense layer of `hidden[0]`."""
+    `len(hidden)` blocks of `cnn_channels` channels, then a dense layer of `hidden[0]`;
+    `dense_fractal` is the dense fractal torso on any input (images flattened)."""
     if kind == "mlp":
         return MLP(tuple(hidden), activation, layer_norm, dtype)
     if kind == "fractal" and image:  # the design's own block is convolutional: 3×3 paths over the image
         return ConvFractalTorso(cnn_channels, len(hidden), hidden[0], activation, layer_norm, dtype)
-    if kind == "fractal":
+    if kind in ("fractal", "dense_fractal"):
         return FractalTorso(hidden[0], len(hidden), activation, layer_norm, dtype)
     if kind == "residual":
         return ResidualMLP(hidden[0], len(hidden), activation, layer_norm, dtype)

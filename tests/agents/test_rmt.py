@@ -252,7 +252,8 @@ def test_new_transitions_enter_the_tiered_replay_fresh_without_a_forward_pass():
 
 
 def test_the_fractal_torso_is_convolutional_on_images():
-    agent = agent_for(env="Breakout-MinAtar", **{"agent.hidden": [32], "agent.learning_starts": 10_000})
+    agent = agent_for(env="Breakout-MinAtar", **{"agent.torso": "fractal", "agent.hidden": [32],
+                                                  "agent.learning_starts": 10_000})
     params = agent.net.init(jax.random.key(0), jnp.zeros((1,) + agent.spec.obs_shape))["params"]["torso"]
     block = params["ConvFractalBlock_0"]
     assert block["Conv_0"]["kernel"].shape == (3, 3, 16, 16) and block["Conv_1"]["kernel"].shape == (3, 3, 16, 16)
@@ -260,3 +261,28 @@ def test_the_fractal_torso_is_convolutional_on_images():
     q = agent.q_values(agent.net.init(jax.random.key(0), jnp.zeros((2,) + agent.spec.obs_shape)),
                        jnp.ones((2,) + agent.spec.obs_shape))
     assert q.shape == (2, agent.spec.num_actions) and np.isfinite(np.asarray(q)).all()
+
+
+def test_the_3x3_convolution_as_one_matrix_product_is_the_convolution():
+    from flax import linen as nn
+
+    from rmtjax.networks.torsos import Conv3x3
+
+    x = jax.random.normal(jax.random.key(0), (3, 10, 10, 4))
+    fast = Conv3x3(16)
+    params = fast.init(jax.random.key(1), x)
+    params = jax.tree.map(lambda p: p + 0.1, params)  # a non-zero bias too
+    reference = nn.Conv(16, (3, 3), padding="SAME").apply(params, x)  # the same parameter names and shapes
+    np.testing.assert_allclose(fast.apply(params, x), reference, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(Conv3x3(16, op=True).apply(params, x), reference, rtol=1e-5, atol=1e-5)
+    # an edge pixel sees zero padding: a one-hot input at the corner reaches only its 2×2 neighbourhood
+    corner = jnp.zeros((1, 10, 10, 4)).at[0, 0, 0, 0].set(1.0)
+    out = np.asarray(fast.apply(params, corner) - fast.apply(params, jnp.zeros_like(corner)))
+    assert np.abs(out[0, :2, :2]).min() > 0 and np.abs(out[0, 2:]).max() == 0 and np.abs(out[0, :, 2:]).max() == 0
+
+
+def test_the_dense_fractal_torso_flattens_images():
+    agent = agent_for(env="Breakout-MinAtar", **{"agent.learning_starts": 10_000})  # the default torso
+    params = agent.net.init(jax.random.key(0), jnp.zeros((1,) + agent.spec.obs_shape))["params"]["torso"]
+    assert params["Dense_0"]["kernel"].shape == (10 * 10 * agent.spec.obs_shape[-1], agent.cfg.hidden[0])
+    assert "FractalBlock_0" in params and not any(k.startswith("Conv") for k in params)

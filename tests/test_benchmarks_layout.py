@@ -130,12 +130,17 @@ def test_an_unknown_benchmark_and_an_unknown_config_option_are_one_line_errors(t
         entry.main(["run", str(bad)])
 
 
+def _command(md: Path) -> tuple[str | None, str]:
+    """The command recorded in a results file: (the config file it ran, or None; its options)."""
+    m = re.search(r"- command: `python -m benchmarks(?:\.\w+| run ([^`\s]+)| \w+) ?([^`]*)`", md.read_text())
+    assert m, f"{md.name}: no recorded command"
+    return m.group(1), m.group(2)
+
+
 def _recorded(md: Path, parser) -> list[str]:
     """The options of the command recorded in a results file (a `--note` recorded unquoted is
     one value up to the next option)."""
-    m = re.search(r"- command: `python -m benchmarks(?:\.\w+| run [^`\s]+| \w+) ?([^`]*)`", md.read_text())
-    assert m, f"{md.name}: no recorded command"
-    cmd = m.group(1)
+    cmd = _command(md)[1]
     words, known, out, i = cmd.split(), {o for a in parser._actions for o in a.option_strings}, [], 0
     while i < len(words):
         out.append(words[i])
@@ -159,9 +164,9 @@ def test_each_config_is_data_and_reproduces_the_command_its_results_file_recorde
     from_config = vars(ap.parse_args([]))
     md = BENCH / "results" / experiment / f"{path.stem}.md"
     assert md.exists(), f"{path.name}: no results/{experiment}/{path.stem}.md"
-    ran = re.search(r"- command: `python -m benchmarks run ([^`\s]+)", md.read_text())
+    ran = _command(md)[0]
     if ran:  # run from a config file: that file, with any options given on the command line
-        assert Path(ran.group(1)).stem == path.stem, f"{md.name} was run from {ran.group(1)}, not {path.name}"
+        assert Path(ran).stem == path.stem, f"{md.name} was run from {ran}, not {path.name}"
         replay = cli.parser(module)
         cli.apply_config(replay, options, str(path))
         recorded = vars(replay.parse_args(_recorded(md, replay)))

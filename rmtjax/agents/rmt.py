@@ -69,8 +69,8 @@ class RMTConfig(Section, HierOptions, DemoOptions):
     torso: str = param("dense_fractal", choices=TORSOS + RNN_TORSOS,
                        doc="dense_fractal (x + f1(x) + f2(f1(x)) blocks; images flattened), fractal (3×3 convolutions "
                            "on images), mlp, residual, cnn, nature_cnn; lstm | gru: recurrent (R2D2; uniform, n_step 1)")
-    hidden: tuple[int, ...] = param((64,), lo=1, doc="MLP widths; (width,) × blocks for fractal/residual (on images: "
-                                                     "blocks of 16 channels, then a dense layer of width)")
+    hidden: tuple[int, ...] = param((64,), lo=1, doc="MLP widths; (width,) × blocks for the fractals/residual (fractal "
+                                                     "on images: blocks of 16 channels, then a dense layer of width)")
     activation: str = param("relu", choices=("relu", "tanh", "gelu", "silu", "elu"))
     layer_norm: bool = param(True)
     dueling: bool = param(True)

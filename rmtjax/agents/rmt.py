@@ -47,8 +47,8 @@ from rmtjax.tracing import trace_once, zeros
 class RMTConfig(Section, HierOptions, DemoOptions):
     _section = "agent"
     # acting and learning schedule
-    rollout_len: int = param(4, lo=1, doc="env steps per env per iteration")
-    updates_per_step: float = param(0.25, lo=0.0, lo_open=True, doc="gradient updates per env step (replay ratio)")
+    rollout_len: int = param(8, lo=1, doc="env steps per env per iteration")
+    updates_per_step: float = param(0.0625, lo=0.0, lo_open=True, doc="gradient updates per env step (replay ratio)")
     batch_size: int = param(128, lo=1)
     buffer_size: int = param(50_000, lo=16, doc="total replay capacity (all tiers)")
     learning_starts: int = param(1_000, lo=0, doc="env steps per seed before learning starts")
@@ -60,7 +60,7 @@ class RMTConfig(Section, HierOptions, DemoOptions):
     n_step: int = param(3, lo=1, hi=32, doc="n of the n-step return")
     double_q: bool = param(True, doc="Double-DQN targets (online argmax, target value): one more forward pass")
     target_update: str = param("hard", choices=("hard", "polyak"))
-    target_update_every: int = param(500, lo=1, doc="gradient steps between hard target updates")
+    target_update_every: int = param(125, lo=1, doc="gradient steps between hard target updates")
     tau: float = param(0.005, lo=0.0, hi=1.0, lo_open=True, doc="Polyak rate")
     loss: str = param("huber", choices=("huber", "mse"))
     huber_delta: float = param(1.0, lo=0.0, lo_open=True)

@@ -11,6 +11,7 @@ count as a size that does not drift.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 
 import jax
@@ -22,6 +23,7 @@ from rmtjax import cache
 from rmtjax.driver import Program, seed_keys
 
 BASE = "rmt (its defaults)"
+FLAX_LN = "rmt, flax's LayerNorm module (as before d37228d)"
 VARIANTS = {
     "dqn (rmtjax DQN, its defaults)": ("dqn", {}),
     BASE: ("rmt", {}),
@@ -29,6 +31,7 @@ VARIANTS = {
     "rmt, uniform replay": ("rmt", {"agent.replay": "uniform"}),
     "rmt, MLP torso": ("rmt", {"agent.torso": "mlp"}),
     "rmt, no LayerNorm": ("rmt", {"agent.layer_norm": False}),
+    FLAX_LN: ("rmt", {}),
     "rmt, no dueling head": ("rmt", {"agent.dueling": False}),
     "rmt, no Double-Q": ("rmt", {"agent.double_q": False}),
     "rmt, ε-greedy only": ("rmt", {"agent.exploration": "eps_greedy"}),
@@ -55,6 +58,21 @@ def measure(algo: str, overrides: dict, seeds: int, repeats: int = 2):
     return best
 
 
+@contextlib.contextmanager
+def flax_layer_norm(on: bool):
+    """The torsos built with `flax.linen.LayerNorm` (the same function) while `on`."""
+    import flax.linen as nn
+
+    from rmtjax.networks import torsos
+
+    own = torsos.LayerNorm
+    torsos.LayerNorm = nn.LayerNorm if on else own
+    try:
+        yield
+    finally:
+        torsos.LayerNorm = own
+
+
 def add_arguments(ap) -> None:
     ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--name", default="rmt_compile")
@@ -64,7 +82,8 @@ def run(args):
     cache.enable(disable=True)
     rows, base = [], None
     for label, (algo, overrides) in VARIANTS.items():
-        init_s, chunk_s, lines = measure(algo, overrides, args.seeds)
+        with flax_layer_norm(label == FLAX_LN):
+            init_s, chunk_s, lines = measure(algo, overrides, args.seeds)
         total = init_s + chunk_s
         if label == BASE:
             base = total

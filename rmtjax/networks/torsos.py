@@ -22,27 +22,6 @@ def activation_fn(name: str):
     return ACTIVATIONS[name]
 
 
-class LayerNorm(nn.Module):
-    """Layer normalisation over the last axis, `flax.linen.LayerNorm`'s function and parameters
-    (`scale`, `bias`, float32; statistics in float32; epsilon 1e-6; the output in `dtype`) with
-    the variance taken about the mean. Written out because XLA compiles it faster: on RMT's
-    CartPole program, flax's module cost ~2.4 s of an 8.7 s compile on XLA:CPU, this one ~0.1 s
-    (measured in `benchmarks/results/speed/speed_rmt.md`'s session)."""
-
-    dtype: jnp.dtype | None = None
-    epsilon: float = 1e-6
-
-    @nn.compact
-    def __call__(self, x):
-        width = x.shape[-1]
-        scale = self.param("scale", nn.initializers.ones, (width,), jnp.float32)
-        bias = self.param("bias", nn.initializers.zeros, (width,), jnp.float32)
-        x32 = x.astype(jnp.float32)
-        centred = x32 - x32.mean(-1, keepdims=True)
-        y = centred * jax.lax.rsqrt((centred * centred).mean(-1, keepdims=True) + self.epsilon) * scale + bias
-        return y.astype(self.dtype or jnp.promote_types(x.dtype, jnp.float32))
-
-
 def _dense(width, dtype, scale=np.sqrt(2)):
     return nn.Dense(width, kernel_init=orthogonal(scale), dtype=dtype)
 
@@ -58,7 +37,7 @@ def _conv_layer(x, features, kernel, stride, act, layer_norm, dtype):
     x = nn.Conv(features, (kernel, kernel), strides=(stride, stride), padding="VALID", dtype=dtype,
                 kernel_init=orthogonal(np.sqrt(2)))(x)
     if layer_norm:
-        x = LayerNorm(dtype=dtype)(x)
+        x = nn.LayerNorm(dtype=dtype)(x)
     return act(x)
 
 
@@ -67,7 +46,7 @@ def _layer(h, width, act, layer_norm, dtype, norm_name=None):
     take the module's automatic names (or `norm_name` for the norm)."""
     h = _dense(width, dtype)(h)
     if layer_norm:
-        h = LayerNorm(dtype=dtype, name=norm_name)(h)
+        h = nn.LayerNorm(dtype=dtype, name=norm_name)(h)
     return act(h)
 
 
@@ -165,7 +144,7 @@ class ConvFractalBlock(nn.Module):
         def path(h, i):
             h = Conv3x3(self.channels, self.dtype, self.conv_op, name=f"Conv_{i}")(h)
             if self.layer_norm:
-                h = LayerNorm(dtype=self.dtype, name=f"f{i + 1}_norm")(h)
+                h = nn.LayerNorm(dtype=self.dtype, name=f"f{i + 1}_norm")(h)
             return act(h)
 
         f1 = path(x, 0)

@@ -281,26 +281,6 @@ def test_the_3x3_convolution_as_one_matrix_product_is_the_convolution():
     assert np.abs(out[0, :2, :2]).min() > 0 and np.abs(out[0, 2:]).max() == 0 and np.abs(out[0, :, 2:]).max() == 0
 
 
-def test_the_layer_norm_is_flaxs_layer_norm():
-    from flax import linen as nn
-
-    from rmtjax.networks.torsos import LayerNorm
-
-    x = 3.0 + 2.0 * jax.random.normal(jax.random.key(0), (5, 7, 24))  # an offset mean, a spread of 2
-    params = LayerNorm().init(jax.random.key(1), x)
-    params = jax.tree.map(lambda p: p + jax.random.uniform(jax.random.key(2), p.shape), params)  # not 1 and 0
-    assert jax.tree.map(jnp.shape, params) == jax.tree.map(jnp.shape, nn.LayerNorm().init(jax.random.key(1), x))
-    ours = LayerNorm().apply(params, x)
-    np.testing.assert_allclose(ours, nn.LayerNorm().apply(params, x), rtol=1e-5, atol=1e-5)
-    assert np.abs(np.asarray(ours - params["params"]["bias"]).mean(-1)).max() > 0.1  # the scale is applied
-    for dtype in (jnp.bfloat16, jnp.float16):  # statistics in float32, the output in the compute dtype
-        low = LayerNorm(dtype=dtype).apply(params, x.astype(dtype))
-        assert low.dtype == dtype
-        flax_low = nn.LayerNorm(dtype=dtype).apply(params, x.astype(dtype))
-        np.testing.assert_allclose(low.astype(jnp.float32), flax_low.astype(jnp.float32), rtol=2e-2, atol=2e-2)
-    assert LayerNorm().apply(params, x.astype(jnp.bfloat16)).dtype == jnp.float32  # as flax: promoted with the params
-
-
 def test_the_dense_fractal_torso_flattens_images():
     agent = agent_for(env="Breakout-MinAtar", **{"agent.learning_starts": 10_000})  # the default torso
     params = agent.net.init(jax.random.key(0), jnp.zeros((1,) + agent.spec.obs_shape))["params"]["torso"]

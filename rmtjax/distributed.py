@@ -306,12 +306,12 @@ class ShardedRun:
         self.config = config
         self.mesh = make_mesh(config.distributed) if mesh is None else mesh
 
-    def init(self, init: Callable) -> Callable:
+    def init(self, init: Callable, compiler_options: dict | None = None) -> Callable:
         """`(keys, hparams) -> stacked state` from the batched `init(keys, hparams)`."""
         def local(key_data, hparams):
             return _stack(init(jax.random.wrap_key_data(key_data), hparams))
 
-        sharded = jax.jit(_shard_map(local, self.mesh, (P(), P()), P(AXIS)))
+        sharded = jax.jit(_shard_map(local, self.mesh, (P(), P()), P(AXIS)), compiler_options=compiler_options)
         return lambda keys, hparams=None: sharded(np.asarray(jax.random.key_data(keys)), _host(hparams))
 
     def local_state_shapes(self, init: Callable, hparams=None):

@@ -28,6 +28,13 @@ from rmtjax.envs import final_return
 from rmtjax.meta import controller as meta_controller
 from rmtjax.tracing import trace_once, zeros
 
+# A run's init program runs once, in milliseconds: compiled without LLVM's optimisation passes it
+# compiles in about half the time (CartPole, 2 CPU cores: RMT 4.4 -> 2.6 s, DQN 2.5 -> 1.2 s;
+# benchmarks/results/init_compile/). Its floating-point results may differ from an optimised
+# build's in the last bit (the initial parameters, the first observations); the chunk, where the
+# time goes, keeps XLA's full optimisation (at level 0 it ran 2.3-3.6x slower).
+INIT_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0}
+
 
 @dataclasses.dataclass
 class TrainResult:
@@ -227,10 +234,11 @@ class Program:
         limits.check_train_fits(self.config, self.agent, self.init, hparams, shapes=shapes)
 
     def initial_state(self, keys, hparams=None):
-        """The batched state of a fresh run (on every device of the mesh, stacked, when sharded)."""
+        """The batched state of a fresh run (on every device of the mesh, stacked, when sharded),
+        compiled with `INIT_COMPILER_OPTIONS`."""
         if self.sharded is None:
-            return jax.jit(lambda k: self.init(k, hparams))(keys)
-        return self.sharded.init(self.init)(keys, hparams)
+            return jax.jit(lambda k: self.init(k, hparams), compiler_options=INIT_COMPILER_OPTIONS)(keys)
+        return self.sharded.init(self.init, INIT_COMPILER_OPTIONS)(keys, hparams)
 
     def chunk(self, max_length: int) -> Callable:
         """`(state, start, length) -> (state, metrics)`: up to `max_length` iterations from `start`."""

@@ -29,8 +29,8 @@ from rmtjax.meta import controller as meta_controller
 from rmtjax.tracing import trace_once, zeros
 
 # A run's init program runs once, in milliseconds: compiled without LLVM's optimisation passes it
-# compiles in about half the time (CartPole, 2 CPU cores: RMT 4.4 -> 2.6 s, DQN 2.5 -> 1.2 s;
-# benchmarks/results/init_compile/). Its floating-point results may differ from an optimised
+# compiles in about half the time (presets, 2 CPU cores: RMT 3.6 -> 1.6 s, DQN 2.1 -> 0.8 s, PQN,
+# PPO, SAC 0.4-0.5x; benchmarks/results/init_compile/). Its floating-point results may differ from an optimised
 # build's in the last bit (the initial parameters, the first observations); the chunk, where the
 # time goes, keeps XLA's full optimisation (at level 0 it ran 2.3-3.6x slower).
 INIT_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0}

@@ -20,7 +20,7 @@ import numpy as np
 import rmtjax
 from benchmarks.lib.tables import write_table
 from rmtjax import cache
-from rmtjax.driver import Program, seed_keys
+from rmtjax.driver import INIT_COMPILER_OPTIONS, Program, seed_keys
 
 BASE = "rmt (its defaults)"
 VARIANTS = {
@@ -38,13 +38,14 @@ VARIANTS = {
 
 
 def measure(algo: str, overrides: dict, seeds: int, seed: int = 0):
-    """One cold compile of the init program and of a 100-iteration chunk: (init s, chunk s, chunk HLO lines)."""
+    """One cold compile of the init program (at the driver's options) and of a 100-iteration
+    chunk: (init s, chunk s, chunk HLO lines)."""
     cfg = rmtjax.make_config(algo, "CartPole-v1").override(
         {**overrides, "train.num_seeds": seeds, "train.total_steps": 50_000})
     program = Program(cfg)
     keys = seed_keys(jax.random.key(seed), seeds)
     t0 = time.perf_counter()
-    init = jax.jit(lambda k: program.init(k)).lower(keys).compile()
+    init = jax.jit(lambda k: program.init(k), compiler_options=INIT_COMPILER_OPTIONS).lower(keys).compile()
     t1 = time.perf_counter()
     state = init(keys)
     t2 = time.perf_counter()

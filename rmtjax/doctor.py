@@ -11,8 +11,9 @@ updated on the device at every iteration, and say what they see as metrics:
   while the return stays down;
 - `doctor_value_divergence`: the Q magnitude grew beyond `doctor.q_ratio` times the largest return
   size seen (at least 1), or (agents that report no Q) the value loss beyond `doctor.value_growth`
-  times its lowest level (at least 1), or more than `doctor.skipped_share` of the updates were
-  skipped (non-finite);
+  times its lowest level (at least 1) and beyond the square of the largest return size seen (a
+  squared error: the values off by more than any return), or more than `doctor.skipped_share` of
+  the updates were skipped (non-finite);
 - `doctor_entropy_collapse` (agents with a discrete policy entropy): the entropy fell below
   `doctor.entropy_floor` of its maximum (and so did the exploration share, where reported) while
   the return made no progress (an ε-greedy agent reports its greedy part's entropy, 0);
@@ -69,7 +70,8 @@ class DoctorConfig(Section):
     q_ratio: float = param(10.0, lo=1.0, doc="value divergence: |Q| above this times the largest return size "
                                              "seen (at least 1)")
     value_growth: float = param(100.0, lo=1.0, doc="value divergence: the value/TD loss above this times its "
-                                                     "lowest level (at least 1)")
+                                                     "lowest level (at least 1) and above the largest return "
+                                                     "size squared")
     skipped_share: float = param(0.5, lo=0.0, hi=1.0, lo_open=True,
                                  doc="value divergence: the smoothed share of skipped (non-finite) updates above this")
     entropy_floor: float = param(0.05, lo=0.0, hi=1.0, doc="entropy collapse: the policy entropy below this share "
@@ -253,8 +255,10 @@ class Doctor:
             settled = n_value * a >= 1.0  # past the plain mean of the first values
             value_low = jnp.where(learned & settled, jnp.minimum(d.value_low, value_ema), d.value_low)
             d = d.replace(value_ema=value_ema, value_low=value_low, n_value=n_value)
-            if s.q_magnitude is None:
-                diverged |= jnp.isfinite(value_low) & (value_ema > c.value_growth * jnp.maximum(value_low, 1.0))
+            if s.q_magnitude is None:  # a loss that grew as the returns did (PPO's, once episodes lengthen) is
+                # no divergence: a squared error counts once it is beyond the returns' own scale squared
+                beyond = jnp.maximum(c.value_growth * jnp.maximum(value_low, 1.0), jnp.square(ret_size))
+                diverged |= jnp.isfinite(value_low) & (value_ema > beyond)
             out["value"], out["value_low"] = value_ema, jnp.where(jnp.isfinite(value_low), value_low, 0.0)
         if s.q_magnitude is not None:
             q = jnp.abs(s.q_magnitude)

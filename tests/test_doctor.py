@@ -93,6 +93,15 @@ def test_value_divergence_from_q_growth_skipped_updates_or_the_value_loss_trend(
     loss = scan(sig(T, value_loss=np.where(np.arange(T) < 100, 2.0, 2.0 * 1.1 ** np.maximum(np.arange(T) - 100, 0))))
     hit = first(loss["doctor_value_divergence"])
     assert hit is not None and loss["doctor_value"][hit, 0] > CFG.value_growth * 2.0 * 0.99
+    # a loss that grows as the returns do is no finding: PPO's critic on CartPole-v1 (the README's
+    # first command) went from a low of 0.5 to 116 as the return rose from 20 to 355
+    rising = np.linspace(20, 400, T)
+    grows = scan(sig(T, ret=rising, value_loss=np.where(np.arange(T) < 100, 0.5, np.linspace(0.5, 500, T))))
+    assert grows["doctor_value"][-1, 0] > CFG.value_growth * 1.0 and not grows["doctor_value_divergence"].any()
+    # ... until it is beyond the returns' own scale squared
+    beyond = scan(sig(T, ret=rising, value_loss=np.where(np.arange(T) < 100, 0.5, 1e6)))
+    hit = first(beyond["doctor_value_divergence"])
+    assert hit is not None and beyond["doctor_value"][hit, 0] > beyond["doctor_return"][hit, 0] ** 2 > 100.0 ** 2
     # with a Q magnitude reported, the loss trend alone is no finding (SAC's critic loss grows with Q)
     both = scan(sig(T, value_loss=np.where(np.arange(T) < 100, 2.0, 2e4), q_magnitude=20.0))
     assert not both["doctor_value_divergence"].any()

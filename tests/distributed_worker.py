@@ -43,13 +43,12 @@ def equivalence() -> dict:
         gamma, clip = jnp.float32(0.99), jnp.float32(0.3)  # a clip that binds: the fused norm is clipped
 
         def steps(agent, opt, batch, weight):
-            params, prec = state.params, state.precision
-            losses = []
-            for _ in range(3):
-                step = agent.gradient_step(params, state.target_params, opt, prec, batch, weight, gamma, clip)
-                params, opt, prec = step.params, step.opt_state, step.precision
-                losses.append(step.loss)
-            return params, jnp.stack(losses), step.stats["grad_norm"]
+            def one_step(carry):
+                step = agent.gradient_step(*carry[:1], state.target_params, *carry[1:], batch, weight, gamma, clip)
+                return (step.params, step.opt_state, step.precision), step.loss, step.stats["grad_norm"]
+
+            carry, losses, norm = three_steps(one_step, (state.params, opt, state.precision))
+            return carry[0], losses, norm
 
         # the 4-device optimiser state holds the fusion's (mean fusion: nothing to carry)
         out[algo] = compare(state.params, lambda b, w: steps(one, state.opt_state, b, w),
@@ -70,6 +69,15 @@ def equivalence() -> dict:
         "obs_differ": bool(jnp.any(state.obs[0] != state.obs[1])),
         "moved": bool(jnp.any(metrics["loss"][:, -1] > 0))}
     return out
+
+
+def three_steps(one_step, carry):
+    """Three updates `one_step(carry) -> (carry, loss, grad norm)` in a scan (one step's program
+    compiled, not three unrolled): (the carry after them, losses [3], the last grad norm)."""
+    import jax
+
+    carry, (losses, norms) = jax.lax.scan(lambda c, _: (lambda o: (o[0], o[1:]))(one_step(c)), carry, None, length=3)
+    return carry, losses, norms[-1]
 
 
 def compare(start, one_fn, four_fn, four, args) -> dict:
@@ -118,13 +126,12 @@ def ppo_equivalence() -> dict:
     hp, clip = state.hparams, jnp.float32(0.05)  # a clip that binds
 
     def steps(agent, opt, mb):
-        params, prec = state.params, state.precision
-        losses = []
-        for _ in range(3):
-            step = agent.minibatch_step(params, opt, prec, mb, hp, clip)
-            params, opt, prec = step.params, step.opt_state, step.precision
-            losses.append(step.loss)
-        return params, jnp.stack(losses), step.stats["grad_norm"]
+        def one_step(carry):
+            step = agent.minibatch_step(*carry, mb, hp, clip)
+            return (step.params, step.opt_state, step.precision), step.loss, step.stats["grad_norm"]
+
+        carry, losses, norm = three_steps(one_step, (state.params, opt, state.precision))
+        return carry[0], losses, norm
 
     return compare(state.params, lambda b: steps(one, state.opt_state, b),
                    lambda b: steps(four, four.tx.init(state.params), b), four, (mb,))
@@ -153,13 +160,14 @@ def sac_equivalence() -> dict:
     hp, clip = state.hparams, jnp.float32(0.5)  # binds on the critics' gradient
 
     def steps(agent, opt, batch):
-        learner = (state.params, state.target_critic, opt, state.log_alpha, state.precision)
-        losses = []
-        for _ in range(3):
+        def one_step(learner):
             learner, m = agent.update_on_batch(learner, batch, hp, clip)
-            losses.append(m["critic_loss"])
+            return learner, m["critic_loss"], m["critic_grad_norm"]
+
+        learner, losses, norm = three_steps(one_step, (state.params, state.target_critic, opt, state.log_alpha,
+                                                       state.precision))
         params, target, _, log_alpha, _ = learner
-        return {**params, "target": target, "log_alpha": log_alpha}, jnp.stack(losses), m["critic_grad_norm"]
+        return {**params, "target": target, "log_alpha": log_alpha}, losses, norm
 
     opt4 = four._set_lrs({"actor": four.tx.init(state.params["actor"]), "critic": four.tx.init(state.params["critic"]),
                           "alpha": four.tx.init(state.log_alpha)}, hp)
@@ -248,13 +256,12 @@ def toy_equivalence() -> dict:
                            1.0 + jax.random.normal(k[2], (B,)))
 
     def steps(agent, opt, obs, action, target):
-        params, prec = state.params, state.precision
-        losses = []
-        for _ in range(3):
-            up = agent.learn(params, opt, prec, obs, action, target, state.hparams)
-            params, opt, prec = up.params, up.opt_state, up.precision
-            losses.append(up.loss)
-        return params, jnp.stack(losses), up.stats["grad_norm"]
+        def one_step(carry):
+            up = agent.learn(*carry, obs, action, target, state.hparams)
+            return (up.params, up.opt_state, up.precision), up.loss, up.stats["grad_norm"]
+
+        carry, losses, norm = three_steps(one_step, (state.params, opt, state.precision))
+        return carry[0], losses, norm
 
     return compare(state.params, lambda *b: steps(one, state.opt_state, *b),
                    lambda *b: steps(four, four.tx.init(state.params), *b), four, (obs, action, target))

@@ -44,7 +44,8 @@ def equivalence() -> dict:
 
         def steps(agent, opt, batch, weight):
             def one_step(carry):
-                step = agent.gradient_step(*carry[:1], state.target_params, *carry[1:], batch, weight, gamma, clip)
+                params, opt, prec = carry
+                step = agent.gradient_step(params, state.target_params, opt, prec, batch, weight, gamma, clip)
                 return (step.params, step.opt_state, step.precision), step.loss, step.stats["grad_norm"]
 
             carry, losses, norm = three_steps(one_step, (state.params, opt, state.precision))
@@ -76,7 +77,11 @@ def three_steps(one_step, carry):
     compiled, not three unrolled): (the carry after them, losses [3], the last grad norm)."""
     import jax
 
-    carry, (losses, norms) = jax.lax.scan(lambda c, _: (lambda o: (o[0], o[1:]))(one_step(c)), carry, None, length=3)
+    def body(c, _):
+        c, loss, norm = one_step(c)
+        return c, (loss, norm)
+
+    carry, (losses, norms) = jax.lax.scan(body, carry, None, length=3)
     return carry, losses, norms[-1]
 
 

@@ -383,8 +383,6 @@ def _show_warning(message, category, filename, lineno, file=None, line=None):
 
 
 def main(argv=None) -> int:
-    from rmtjax.schema import ConfigError
-
     parser = argparse.ArgumentParser(prog="rmtjax", description="Train RL agents as one compiled JAX program.")
     sub = parser.add_subparsers(dest="command", required=True)
     fields_note = ("Every config field (type, default, range, what it does): rmtjax config [SECTION], e.g. "
@@ -495,8 +493,19 @@ def main(argv=None) -> int:
     n.add_argument("dest", nargs="?", default="rmtjax-notebooks", help="where (default ./rmtjax-notebooks)")
     n.set_defaults(func=cmd_notebooks)
     args = parser.parse_args(argv)
+    from rmtjax.checkpoint import quiet_unawaited_metadata_reads
+
+    try:
+        return _run(args)
+    finally:
+        quiet_unawaited_metadata_reads()  # outside _run's block: it must outlive main (see its doc)
+
+
+def _run(args) -> int:
+    """`args.func(args)`, its warnings shown in one line each and its errors said as one line."""
     from rmtjax.checkpoint import CheckpointError
     from rmtjax.rundir import RunDirError
+    from rmtjax.schema import ConfigError
 
     with warnings.catch_warnings():
         warnings.showwarning = _show_warning

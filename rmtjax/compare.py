@@ -15,7 +15,8 @@ compile and wall-clock seconds. `curves.png` plots, per environment, the IQM of 
 (lines) and of the greedy evaluations (markers) against env steps (needs matplotlib).
 
 `budget_seconds` gives each agent the same training wall-clock (compilation not counted): it
-trains in short chunks until the budget is spent, then its greedy policy is evaluated
+trains until the iteration boundary nearest the budget (`rmtjax.train`'s `budget_seconds`: its
+chunks run in pieces sized from the measured speed), then its greedy policy is evaluated
 (`rmtjax.evaluate`, the same episodes per seed). Its schedules (learning rate, exploration) still
 run over the config's `train.total_steps`, and an agent that gets through all of them sooner stops
 there (the table says how many env steps each did).
@@ -272,13 +273,12 @@ def compare(algos=None, envs=None, seeds: int = 3, *, configs: Sequence[Any] = (
         n_iter = build_agent(cfg).num_iterations
         settings = {"train.num_seeds": seeds, "train.eval_episodes": eval_episodes,
                     "train.eval_every": max(1, math.ceil(n_iter / eval_points))}
-        if budget_seconds is not None:  # short chunks, so the budget is not overshot by much
+        if budget_seconds is not None:  # a piece's call also skips the rest of its chunk: short chunks
             settings["train.num_chunks"] = min(n_iter, max(cfg.train.num_chunks, 100))
         if progress is not None:
             settings["train.progress"] = progress
         cfg = cfg.override(settings)
-        stop = None if budget_seconds is None else (lambda s: s >= budget_seconds)
-        result = train(cfg, jax.random.key(key), stop=stop)
+        result = train(cfg, jax.random.key(key), budget_seconds=budget_seconds)
         iterations = result.metrics["env_steps"].shape[1]
         stopped = iterations < n_iter
         eval_seconds = 0.0

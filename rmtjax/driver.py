@@ -283,7 +283,7 @@ def make_train(config: Config, init_from=None) -> Callable:
 
 def train(config: Config | None, key: "jax.Array | int | None" = None, *, hparams: Mapping[str, Any] | None = None,
           progress: bool | None = None, on_chunk: Callable | None = None, run_dir=None,
-          resume=None, init_from=None, stop: Callable[[float], bool] | None = None,
+          resume=None, init_from=None, budget_seconds: float | None = None,
           _sweep: dict | None = None) -> TrainResult:
     """Train `config.train.num_seeds` seeds side by side from `key` (a PRNG key, an integer
     seed, or None: `train.seed`).
@@ -300,11 +300,15 @@ def train(config: Config | None, key: "jax.Array | int | None" = None, *, hparam
     `config.transfer` says which seed each seed starts from, what is frozen, staged, re-initialised
     and the KL penalty. A run directory keeps the source parameters, so a resume needs no
     `init_from` (given, it must name the same source).
-    `stop(seconds)`: called after every chunk with the seconds trained so far (compilation
-    not counted); True ends the run there, with the iterations done (a wall-clock budget).
+    `budget_seconds`: train for that many seconds of wall-clock (compilation not counted) or
+    `train.total_steps`, whichever ends first; the run stops at the iteration boundary nearest
+    the budget, its chunks run in pieces sized from the measured speed (the same run bit for bit).
     (`_sweep` is `rmtjax.sweep`'s: the grid a sweep's run directory records.)
     """
     key = _train_key(config, key, resume)
+    if budget_seconds is not None and (isinstance(budget_seconds, bool) or not isinstance(budget_seconds, (int, float))
+                                       or not 0 < budget_seconds < math.inf):
+        raise ConfigError(f"budget_seconds: expected a number of seconds > 0, got {budget_seconds!r}")
     if config is not None:
         distributed.initialize(config)  # a multi-host run joins its processes first
         loggers.check_wandb(config, run_dir if resume is None else resume)
@@ -347,7 +351,8 @@ def train(config: Config | None, key: "jax.Array | int | None" = None, *, hparam
             logger = loggers.WandbLogger(config, run_id=None if run is None else run.wandb_id(),
                                          name=None if run is None else run.path.name,
                                          resuming=run is not None and run.resuming)
-        result = _drive(program, key, hparams, progress, on_chunk, run, logger=logger, cells=cells, stop=stop)
+        result = _drive(program, key, hparams, progress, on_chunk, run, logger=logger, cells=cells,
+                        budget_seconds=budget_seconds)
         if run is not None:
             run.finish(result)
             result.run_dir = run.path
@@ -437,7 +442,7 @@ def _open_run(config, key, hparams, run_dir, resume, sweep=None, source=None, wa
 
 
 def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=None, cells: int = 1,
-           stop=None) -> TrainResult:
+           budget_seconds=None) -> TrainResult:
     config = program.config
     agent, sharded = program.agent, program.sharded  # sharded: None on one device
     n_iter = agent.num_iterations
@@ -478,7 +483,7 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=No
     start = done
     if note is not None:
         note.done()
-    pacer = _Pacer() if show and done < n_iter else None
+    pacer = _Pacer() if show and done < n_iter and budget_seconds is None else None
 
     bar = None
     if show:
@@ -489,9 +494,13 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=No
     watch = health.Watch()
     doctor_watch = doctor.Watch(config, None if run is None else run.path)
     t1 = time.perf_counter()
+    budget = None if budget_seconds is None else _Budget(budget_seconds, t1, agent.first_learning_iteration)
     while done < n_iter:
         length = min(chunk_len, n_iter - done)
-        if pacer is not None:  # in pieces where that costs nothing measurable, the bar moving after each
+        if budget is not None:  # in pieces; the last chunk may end early, where the budget does
+            state, metrics = budget.run(chunk, state, done, length, chunk_len, bar, agent.steps_per_iteration)
+            length = next(iter(metrics.values())).shape[0]
+        elif pacer is not None:  # in pieces where that costs nothing measurable, the bar moving after each
             state, metrics = pacer.run(chunk, state, done, length, chunk_len, bar, agent.steps_per_iteration)
         else:
             state, metrics = chunk(state, np.int32(done), np.int32(length))
@@ -503,7 +512,7 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=No
         done += length
         watch.after_chunk(state, chunks)
         doctor_watch.after_chunk(chunks)
-        stopping = stop is not None and done < n_iter and bool(stop(time.perf_counter() - t1))
+        stopping = budget is not None and done < n_iter and budget.spent()
         if run is not None:
             run.record(state, chunks, metrics, done, math.ceil(done / chunk_len), final=done >= n_iter or stopping)
         if logger is not None:
@@ -641,6 +650,59 @@ class _CompileNote:
         self._print(f"\r{line:<{len(self.what) + 24}}" if self.tty else line)  # over the whole ticking line
 
 
+class _Budget:
+    """A wall-clock budget for a run: trains until `seconds` have passed since `start` and stops at
+    the iteration boundary nearest that time. Chunks run in pieces (calls of the compiled chunk with
+    a shorter length, as `_Pacer`'s: the same run bit for bit), each sized from the measured
+    seconds per iteration so that the last one ends close to the budget, however long a chunk
+    takes. The first piece steps one iteration, to measure; each later one at most `GROWTH` times
+    the one before, so a rate misread from a short piece is corrected before it costs much. The
+    agent's warm-up (iterations before `first_learning_iteration`, which only act and store and
+    may run 50× faster than the ones that learn) is measured apart: no piece crosses its end, and
+    the measuring starts again from one iteration after it."""
+
+    GROWTH = 8
+
+    def __init__(self, seconds: float, start: float, warmup_end: int = 0):
+        self.seconds, self.start, self.warmup_end = float(seconds), start, warmup_end
+        self.skip: float | None = None  # a call stepping none (the chunk's skipped iterations and the call)
+        self.per_iteration: float | None = None
+        self.last = 0  # the iterations of the last piece
+
+    def _fits(self) -> int:
+        """Iterations that fit in the time left, rounded to the nearest (the last piece's call included)."""
+        left = self.seconds - (time.perf_counter() - self.start) - self.skip
+        return max(0, int(left / self.per_iteration + 0.5))
+
+    def spent(self) -> bool:
+        return self.per_iteration is not None and self._fits() < 1
+
+    def run(self, chunk, state, done: int, length: int, chunk_len: int, bar, steps_per_iteration: int):
+        """Up to `length` iterations of the chunk from `done`, fewer where the budget ends first
+        (at least one: a run trains an iteration whatever its budget)."""
+        if self.skip is None:
+            state, _, self.skip = _Pacer._call(chunk, state, done, 0)  # steps nothing: the state is unchanged
+        pieces, at = [], done
+        while at < done + length:
+            if at == self.warmup_end and at > 0 and self.last:  # learning starts here: its own speed
+                self.per_iteration, self.last = None, 0
+            n = 1 if self.per_iteration is None else min(done + length - at, self._fits(), self.GROWTH * self.last)
+            if n < 1:
+                break
+            if at < self.warmup_end < at + n:
+                n = self.warmup_end - at
+            state, metrics, seconds = _Pacer._call(chunk, state, at, n)
+            self.per_iteration = max(seconds - self.skip * (chunk_len - n) / chunk_len, 1e-9) / n
+            self.last = n
+            pieces.append(metrics)
+            at += n
+            if bar is not None and at < done + length:
+                bar.update(at * steps_per_iteration - bar.n)
+        if len(pieces) == 1:
+            return state, pieces[0]
+        return state, {k: np.concatenate([p[k] for p in pieces], axis=0) for k in pieces[0]}
+
+
 class _Pacer:
     """Runs a chunk in pieces (calls of the same compiled chunk with a shorter length; the run is
     the same bit for bit) so that the progress bar moves within a long chunk, where that costs
@@ -658,7 +720,8 @@ class _Pacer:
         self.skip: float | None = None
         self.per_iteration: float | None = None
 
-    def _call(self, chunk, state, start: int, length: int):
+    @staticmethod
+    def _call(chunk, state, start: int, length: int):
         t = time.perf_counter()
         state, metrics = chunk(state, np.int32(start), np.int32(length))
         metrics = {k: v[:length] for k, v in jax.device_get(metrics).items()}  # waits for the piece

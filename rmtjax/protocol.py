@@ -184,6 +184,11 @@ class AgentProtocol(Protocol):
     def num_iterations(self) -> int: ...
 
     @property
+    def first_learning_iteration(self) -> int:
+        """The first iteration that updates (0: all do; an agent that learns after a warm-up of
+        acting only says when it ends, so a wall-clock budget measures its speed anew there)."""
+
+    @property
     def max_entropy(self) -> float | None:
         """log of the number of choices the policy's entropy is measured over, if finite."""
 

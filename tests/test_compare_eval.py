@@ -239,6 +239,23 @@ def test_compare_with_a_budget_stops_each_agent_and_evaluates_it(tmp_path, capsy
     assert "--budget-seconds: expected a number of seconds > 0" in capsys.readouterr().err
 
 
+def test_a_budget_stops_within_a_chunk_and_the_pieces_it_ran_are_the_uninterrupted_run():
+    # one chunk of 2,000 iterations: the budget can only stop it by running the chunk in pieces
+    cfg = rmtjax.make_config("dqn", "CartPole-v1", {
+        "train.total_steps": 16_000, "train.num_chunks": 1, "train.progress": False, "train.num_seeds": 2,
+        "env.num_envs": 8, "agent.hidden": [16], "agent.learning_starts": 64, "agent.batch_size": 32,
+        "agent.buffer_size": 2_000})
+    whole = rmtjax.train(cfg, 3)
+    cut = rmtjax.train(cfg, 3, budget_seconds=0.05)
+    n = cut.metrics["env_steps"].shape[1]
+    assert 1 <= n < whole.metrics["env_steps"].shape[1] == 2_000
+    assert cut.run_seconds < whole.run_seconds
+    for name, rows in cut.metrics.items():
+        np.testing.assert_array_equal(rows, whole.metrics[name][:, :n], err_msg=name)
+    with pytest.raises(ConfigError, match="budget_seconds: expected a number of seconds > 0"):
+        rmtjax.train(cfg, 3, budget_seconds=float("inf"))
+
+
 def test_recurrent_agents_are_evaluated_with_their_memory():
     cfg = rmtjax.make_config("ppo", "MemoryChain-bsuite", {
         "env.params": {"memory_length": 3}, "env.num_envs": 4, "train.num_seeds": 2, "train.progress": False,

@@ -50,14 +50,16 @@ def add_arguments(ap) -> None:
 
 
 def run(args):
-    header = ["game", "agent", "env steps / seed", "env-steps/s", "compile s", "greedy IQM [95% CI]", "per seed"]
+    header = ["game", "agent", "env steps / seed", "trained s", "env-steps/s", "compile s", "greedy IQM [95% CI]",
+              "per seed"]
     rows, scores = [], {}
     for game in args.games:  # one game at a time, so the table grows as it goes
         res = compare(args.algos, [game], args.seeds, configs=args.configs, budget_seconds=args.budget_seconds,
                       progress=False)
         for e, r in zip(res.entries, res.table()):
             scores.setdefault(e.label, {})[game] = np.asarray(e.eval_return, np.float64)
-            rows.append([game, e.label, f"{e.env_steps:,}", f"{e.steps_per_second:,.0f}", f"{e.compile_seconds:.1f}",
+            rows.append([game, e.label, f"{e.env_steps:,}", f"{e.run_seconds:.1f}", f"{e.steps_per_second:,.0f}",
+                         f"{e.compile_seconds:.1f}",
                          f"{r['eval_iqm']:.2f} [{r['eval_lo']:.2f}, {r['eval_hi']:.2f}]",
                          " ".join(f"{v:.1f}" for v in e.eval_return)])
             print(" | ".join(rows[-1]), flush=True)

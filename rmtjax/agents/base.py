@@ -113,6 +113,12 @@ class Agent:
         """Env steps per seed once iteration `t` (0-based; an int or an int32 array) is done."""
         return self.initial_env_steps + (t + 1) * self.steps_per_iteration
 
+    @property
+    def first_learning_iteration(self) -> int:
+        """The first iteration that updates (0: all do). The ones before it only act and store,
+        so they run faster: a wall-clock budget (`train(budget_seconds=...)`) measures anew after it."""
+        return 0
+
     def first_iteration_with(self, env_steps: int) -> int:
         """The first iteration after which at least `env_steps` env steps per seed are done."""
         return max(0, -(-(env_steps - self.initial_env_steps) // self.steps_per_iteration) - 1)

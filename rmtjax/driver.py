@@ -351,6 +351,9 @@ def train(config: Config | None, key: "jax.Array | int | None" = None, *, hparam
             logger = loggers.WandbLogger(config, run_id=None if run is None else run.wandb_id(),
                                          name=None if run is None else run.path.name,
                                          resuming=run is not None and run.resuming)
+        if budget_seconds is not None and jax.process_count() > 1:
+            raise ConfigError("budget_seconds: each process would time the budget on its own and could stop at "
+                              "another iteration than the others; give a multi-process run train.total_steps instead")
         result = _drive(program, key, hparams, progress, on_chunk, run, logger=logger, cells=cells,
                         budget_seconds=budget_seconds)
         if run is not None:

@@ -256,6 +256,13 @@ def test_a_budget_stops_within_a_chunk_and_the_pieces_it_ran_are_the_uninterrupt
         rmtjax.train(cfg, 3, budget_seconds=float("inf"))
 
 
+def test_a_budget_is_refused_across_processes(monkeypatch):
+    cfg = rmtjax.make_config("dqn", "CartPole-v1", {"train.total_steps": 1_000, "train.progress": False})
+    monkeypatch.setattr(jax, "process_count", lambda: 2)  # as jax.distributed would say with two processes
+    with pytest.raises(ConfigError, match="each process would time the budget on its own"):
+        rmtjax.train(cfg, 0, budget_seconds=5)
+
+
 def test_recurrent_agents_are_evaluated_with_their_memory():
     cfg = rmtjax.make_config("ppo", "MemoryChain-bsuite", {
         "env.params": {"memory_length": 3}, "env.num_envs": 4, "train.num_seeds": 2, "train.progress": False,

@@ -486,7 +486,6 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=No
     start = done
     if note is not None:
         note.done()
-    pacer = _Pacer() if show and done < n_iter and budget_seconds is None else None
 
     bar = None
     if show:
@@ -498,13 +497,14 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=No
     doctor_watch = doctor.Watch(config, None if run is None else run.path)
     t1 = time.perf_counter()
     budget = None if budget_seconds is None else _Budget(budget_seconds, t1, agent.first_learning_iteration)
+    # in pieces: to end where the budget does (the last chunk may be cut short), or, where that
+    # costs nothing measurable, to move the bar within a chunk
+    pieces = budget if budget is not None else _Pacer() if show and done < n_iter else None
     while done < n_iter:
         length = min(chunk_len, n_iter - done)
-        if budget is not None:  # in pieces; the last chunk may end early, where the budget does
-            state, metrics = budget.run(chunk, state, done, length, chunk_len, bar, agent.steps_per_iteration)
+        if pieces is not None:
+            state, metrics = pieces.run(chunk, state, done, length, chunk_len, bar, agent.steps_per_iteration)
             length = next(iter(metrics.values())).shape[0]
-        elif pacer is not None:  # in pieces where that costs nothing measurable, the bar moving after each
-            state, metrics = pacer.run(chunk, state, done, length, chunk_len, bar, agent.steps_per_iteration)
         else:
             state, metrics = chunk(state, np.int32(done), np.int32(length))
             metrics = {k: v[:length] for k, v in jax.device_get(metrics).items()}
@@ -653,71 +653,11 @@ class _CompileNote:
         self._print(f"\r{line:<{len(self.what) + 24}}" if self.tty else line)  # over the whole ticking line
 
 
-class _Budget:
-    """A wall-clock budget for a run: trains until `seconds` have passed since `start` and stops at
-    the iteration boundary nearest that time. Chunks run in pieces (calls of the compiled chunk with
-    a shorter length, as `_Pacer`'s: the same run bit for bit), each sized from the measured
-    seconds per iteration so that the last one ends close to the budget, however long a chunk
-    takes. The first piece steps one iteration, to measure; each later one at most `GROWTH` times
-    the one before, so a rate misread from a short piece is corrected before it costs much. The
-    agent's warm-up (iterations before `first_learning_iteration`, which only act and store and
-    may run 50× faster than the ones that learn) is measured apart: no piece crosses its end, and
-    the measuring starts again from one iteration after it."""
-
-    GROWTH = 8
-
-    def __init__(self, seconds: float, start: float, warmup_end: int = 0):
-        self.seconds, self.start, self.warmup_end = float(seconds), start, warmup_end
-        self.skip: float | None = None  # a call stepping none (the chunk's skipped iterations and the call)
-        self.per_iteration: float | None = None
-        self.last = 0  # the iterations of the last piece
-
-    def _fits(self) -> int:
-        """Iterations that fit in the time left, rounded to the nearest (the last piece's call included)."""
-        left = self.seconds - (time.perf_counter() - self.start) - self.skip
-        return max(0, int(left / self.per_iteration + 0.5))
-
-    def spent(self) -> bool:
-        return self.per_iteration is not None and self._fits() < 1
-
-    def run(self, chunk, state, done: int, length: int, chunk_len: int, bar, steps_per_iteration: int):
-        """Up to `length` iterations of the chunk from `done`, fewer where the budget ends first
-        (at least one: a run trains an iteration whatever its budget)."""
-        if self.skip is None:
-            state, _, self.skip = _Pacer._call(chunk, state, done, 0)  # steps nothing: the state is unchanged
-        pieces, at = [], done
-        while at < done + length:
-            if at == self.warmup_end and at > 0 and self.last:  # learning starts here: its own speed
-                self.per_iteration, self.last = None, 0
-            n = 1 if self.per_iteration is None else min(done + length - at, self._fits(), self.GROWTH * self.last)
-            if n < 1:
-                break
-            if at < self.warmup_end < at + n:
-                n = self.warmup_end - at
-            state, metrics, seconds = _Pacer._call(chunk, state, at, n)
-            self.per_iteration = max(seconds - self.skip * (chunk_len - n) / chunk_len, 1e-9) / n
-            self.last = n
-            pieces.append(metrics)
-            at += n
-            if bar is not None and at < done + length:
-                bar.update(at * steps_per_iteration - bar.n)
-        if len(pieces) == 1:
-            return state, pieces[0]
-        return state, {k: np.concatenate([p[k] for p in pieces], axis=0) for k in pieces[0]}
-
-
-class _Pacer:
-    """Runs a chunk in pieces (calls of the same compiled chunk with a shorter length; the run is
-    the same bit for bit) so that the progress bar moves within a long chunk, where that costs
-    nothing measurable. A call steps only `length` of the chunk's iterations and skips the others
-    at a small cost, `skip` (measured once: a call stepping none). The first chunk is split
-    (its first sixteenth, then as below) only when `skip` is under `FIRST_BUDGET` seconds; a later
-    chunk into `k` pieces only where the (k-1) extra calls cost under `SHARE` of the chunk and
-    each piece takes at least `PIECE_SECONDS`."""
-
-    FIRST_BUDGET = 0.05
-    SHARE = 0.01
-    PIECE_SECONDS = 1.0
+class _Pieces:
+    """Runs a chunk in pieces: calls of the same compiled chunk with a shorter length (the run is
+    the same bit for bit). A call steps only `length` of the chunk's iterations and skips the
+    others at a small cost, `skip` (measured once: a call stepping none); each piece's seconds,
+    less its share of that, give `per_iteration`. `_size` says how long the next piece is."""
 
     def __init__(self):
         self.skip: float | None = None
@@ -730,30 +670,85 @@ class _Pacer:
         metrics = {k: v[:length] for k, v in jax.device_get(metrics).items()}  # waits for the piece
         return state, metrics, time.perf_counter() - t
 
+    def _size(self, at: int, left: int) -> int:
+        """Iterations of the next piece, which starts at iteration `at` with `left` of the chunk
+        to go; under 1 ends the chunk there."""
+        raise NotImplementedError
+
     def run(self, chunk, state, done: int, length: int, chunk_len: int, bar, steps_per_iteration: int):
+        """Up to `length` iterations of the chunk from `done` (fewer where `_size` ends it)."""
         if self.skip is None:
             state, _, self.skip = self._call(chunk, state, done, 0)  # steps nothing: the state is unchanged
-        pieces, t_total, at = [], 0.0, done
+        pieces, at = [], done
         while at < done + length:
-            left = done + length - at
-            if self.per_iteration is None:
-                n = math.ceil(left / 16) if self.skip < self.FIRST_BUDGET and left >= 16 else left
-            else:
-                expected = self.per_iteration * left
-                k = max(1, min(1 + int(self.SHARE * expected / max(self.skip, 1e-9)),
-                               int(expected // self.PIECE_SECONDS)))
-                n = math.ceil(left / k)
+            n = self._size(at, done + length - at)
+            if n < 1:
+                break
             state, metrics, seconds = self._call(chunk, state, at, n)
-            skipped = self.skip * (chunk_len - n) / chunk_len
-            self.per_iteration = max(seconds - skipped, 1e-9) / n
+            self.per_iteration = max(seconds - self.skip * (chunk_len - n) / chunk_len, 1e-9) / n
             pieces.append(metrics)
             at += n
-            t_total += seconds
             if bar is not None and at < done + length:
                 bar.update(at * steps_per_iteration - bar.n)
         if len(pieces) == 1:
             return state, pieces[0]
         return state, {k: np.concatenate([p[k] for p in pieces], axis=0) for k in pieces[0]}
+
+
+class _Budget(_Pieces):
+    """A wall-clock budget for a run: trains until `seconds` have passed since `start` and stops at
+    the iteration boundary nearest that time. Chunks run in pieces, each sized from the measured
+    seconds per iteration so that the last one ends close to the budget, however long a chunk
+    takes (at least one iteration: a run trains one whatever its budget). The first piece steps
+    one iteration, to measure; each later one at most `GROWTH` times the one before, so a rate
+    misread from a short piece is corrected before it costs much. The agent's warm-up (iterations
+    before `first_learning_iteration`, which only act and store and may run 50× faster than the
+    ones that learn) is measured apart: no piece crosses its end, and the measuring starts again
+    from one iteration after it."""
+
+    GROWTH = 8
+
+    def __init__(self, seconds: float, start: float, warmup_end: int = 0):
+        super().__init__()
+        self.seconds, self.start, self.warmup_end = float(seconds), start, warmup_end
+        self.last = 0  # the iterations of the last piece
+
+    def _fits(self) -> int:
+        """Iterations that fit in the time left, rounded to the nearest (the last piece's call included)."""
+        left = self.seconds - (time.perf_counter() - self.start) - self.skip
+        return max(0, int(left / self.per_iteration + 0.5))
+
+    def spent(self) -> bool:
+        return self.per_iteration is not None and self._fits() < 1
+
+    def _size(self, at: int, left: int) -> int:
+        if at == self.warmup_end and at > 0 and self.last:  # learning starts here: its own speed
+            self.per_iteration, self.last = None, 0
+        n = 1 if self.per_iteration is None else min(left, self._fits(), self.GROWTH * self.last)
+        if n < 1:
+            return 0
+        if at < self.warmup_end < at + n:
+            n = self.warmup_end - at
+        self.last = n
+        return n
+
+
+class _Pacer(_Pieces):
+    """Runs a chunk in pieces so that the progress bar moves within a long chunk, where that costs
+    nothing measurable. The first chunk is split (its first sixteenth, then as below) only when
+    `skip` is under `FIRST_BUDGET` seconds; a later chunk into `k` pieces only where the (k-1)
+    extra calls cost under `SHARE` of the chunk and each piece takes at least `PIECE_SECONDS`."""
+
+    FIRST_BUDGET = 0.05
+    SHARE = 0.01
+    PIECE_SECONDS = 1.0
+
+    def _size(self, at: int, left: int) -> int:
+        if self.per_iteration is None:
+            return math.ceil(left / 16) if self.skip < self.FIRST_BUDGET and left >= 16 else left
+        expected = self.per_iteration * left
+        k = max(1, min(1 + int(self.SHARE * expected / max(self.skip, 1e-9)), int(expected // self.PIECE_SECONDS)))
+        return math.ceil(left / k)
 
 
 def make_policy(config: Config, state, seed: int = 0) -> Callable:

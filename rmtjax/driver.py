@@ -96,15 +96,43 @@ class _MetricPack:
     instead of one per metric (an agent reports dozens)."""
 
     def __init__(self, shapes: Mapping[str, Any]):
-        self.groups: dict[str, list[str]] = {}
+        groups: dict[str, list[str]] = {}
         for name in sorted(shapes):
-            self.groups.setdefault(jax.numpy.dtype(shapes[name].dtype).name, []).append(name)
+            groups.setdefault(jax.numpy.dtype(shapes[name].dtype).name, []).append(name)
+        self.groups = tuple((dt, tuple(names)) for dt, names in groups.items())
 
     def pack(self, metrics: Mapping[str, Any]) -> dict:
-        return {dt: jax.numpy.stack([metrics[n] for n in names], -1) for dt, names in self.groups.items()}
+        return {dt: jax.numpy.stack([metrics[n] for n in names], -1) for dt, names in self.groups}
 
     def unpack(self, packed: Mapping[str, Any]) -> dict:
-        return {n: packed[dt][..., i] for dt, names in self.groups.items() for i, n in enumerate(names)}
+        return PackedMetrics(dict(packed), self.groups).unpack()
+
+
+@jax.tree_util.register_pytree_node_class
+class PackedMetrics:
+    """A chunk's metrics as it leaves the program: one array `[..., metrics]` per dtype, the
+    names static. `unpack()` names them (name -> `[...]`), on the host for a chunk: sliced
+    inside the program, each metric was a kernel of its own to compile (RMT's CartPole preset
+    chunk: 56 of them, 7.69 -> 6.88 s of compile, DQN's 3.94 -> 3.64 s, best of 5 rounds)."""
+
+    def __init__(self, arrays: dict, groups: tuple):
+        self.arrays, self.groups = arrays, groups
+
+    def tree_flatten(self):
+        return (self.arrays,), self.groups
+
+    @classmethod
+    def tree_unflatten(cls, groups, children):
+        return cls(children[0], groups)
+
+    def unpack(self) -> dict:
+        out = {}
+        for dt, names in self.groups:
+            a = self.arrays[dt]
+            for i, n in enumerate(names):  # a shape (jax.eval_shape's) has no [..., i]: its name's shape
+                out[n] = (jax.ShapeDtypeStruct(a.shape[:-1], a.dtype) if isinstance(a, jax.ShapeDtypeStruct)
+                          else a[..., i])
+        return out
 
 
 def _scan_steps(vstep: Callable, length: int) -> Callable:
@@ -125,9 +153,10 @@ def _scan_steps(vstep: Callable, length: int) -> Callable:
 
 
 def _masked_chunk(vstep: Callable, max_length: int) -> Callable:
-    """`(state, start, length) -> (state, metrics)`: scan `max_length` iterations of the batched
-    step `vstep(state, t)` from iteration `start`, stepping only the first `length` (both traced
-    numbers) so one compile serves every chunk of the run, of any length up to it."""
+    """`(state, start, length) -> (state, PackedMetrics [max_length, ...])`: scan `max_length`
+    iterations of the batched step `vstep(state, t)` from iteration `start`, stepping only the
+    first `length` (both traced numbers) so one compile serves every chunk of the run, of any
+    length up to it."""
 
     def run(state, start, length):
         # one trace of the step serves the metrics' shapes and the scan's body (tracing.py)
@@ -143,7 +172,7 @@ def _masked_chunk(vstep: Callable, max_length: int) -> Callable:
             return jax.lax.cond(i < length, lambda s_: stepped(s_, start + i), lambda s_: (s_, zero_metrics), s)
 
         state, packed = jax.lax.scan(body, state, jax.numpy.arange(max_length, dtype=jax.numpy.int32))
-        return state, pack.unpack(packed)
+        return state, PackedMetrics(packed, pack.groups)
 
     return run
 
@@ -241,7 +270,8 @@ class Program:
         return self.sharded.init(self.init, INIT_COMPILER_OPTIONS)(keys, hparams)
 
     def chunk(self, max_length: int) -> Callable:
-        """`(state, start, length) -> (state, metrics)`: up to `max_length` iterations from `start`."""
+        """`(state, start, length) -> (state, PackedMetrics)`: up to `max_length` iterations from
+        `start`; the metrics' `unpack()` names them."""
         chunk = _masked_chunk(self.step, max_length)
         return chunk if self.sharded is None else self.sharded.chunk(chunk)
 
@@ -507,7 +537,7 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=No
             length = next(iter(metrics.values())).shape[0]
         else:
             state, metrics = chunk(state, np.int32(done), np.int32(length))
-            metrics = {k: v[:length] for k, v in jax.device_get(metrics).items()}
+            metrics = {k: v[:length] for k, v in jax.device_get(metrics).unpack().items()}
         if between is not None:
             state, moved = between.after_chunk(state)  # per seed, at the chunk's end: one row each
             metrics.update({k: np.broadcast_to(np.asarray(v), (length,) + np.shape(v)).copy() for k, v in moved.items()})
@@ -554,7 +584,8 @@ def _doctor_columns(program: Program, fresh, history: dict, done: int) -> dict:
         return history
     if had:
         return {k: v for k, v in history.items() if not k.startswith(doctor.PREFIX)}
-    _, shapes = jax.eval_shape(program.chunk(1), fresh, np.int32(0), np.int32(1))  # the names, nothing run
+    _, packed = jax.eval_shape(program.chunk(1), fresh, np.int32(0), np.int32(1))  # the names, nothing run
+    shapes = packed.unpack()
     return {**history, **{k: np.full((done,) + v.shape[1:], np.nan, v.dtype) for k, v in shapes.items()
                           if k.startswith(doctor.PREFIX)}}
 
@@ -667,7 +698,7 @@ class _Pieces:
     def _call(chunk, state, start: int, length: int):
         t = time.perf_counter()
         state, metrics = chunk(state, np.int32(start), np.int32(length))
-        metrics = {k: v[:length] for k, v in jax.device_get(metrics).items()}  # waits for the piece
+        metrics = {k: v[:length] for k, v in jax.device_get(metrics).unpack().items()}  # waits for the piece
         return state, metrics, time.perf_counter() - t
 
     def _size(self, at: int, left: int) -> int:

@@ -196,7 +196,7 @@ def learn_ppo(steps: int) -> dict:
 
 
 def learn(fusion: str, steps: int) -> dict:
-    """DQN on CartPole-v1 with 4 devices and the given fusion (4 seeds): final returns."""
+    """DQN on CartPole-v1 with 4 devices and the given fusion (8 seeds): final returns."""
     import jax
 
     import rmtjax
@@ -207,7 +207,7 @@ def learn(fusion: str, steps: int) -> dict:
              "agent.learning_starts": 500, "agent.batch_size": 64, "agent.buffer_size": 10_000,
              "agent.eps_decay_frac": 0.3}
     cfg = rmtjax.make_config("dqn", "CartPole-v1", {**DQN_4_ENVS,
-        "train.total_steps": steps, "train.num_seeds": 4, "train.progress": False, "train.num_chunks": 1,
+        "train.total_steps": steps, "train.num_seeds": 8, "train.progress": False, "train.num_chunks": 1,
         "distributed.devices": 4, "distributed.fusion": fusion, **small})
     r = rmtjax.train(cfg, jax.random.key(0))
     late = r.metrics["episode_return"][:, -max(1, r.metrics["episode_return"].shape[1] // 10):]

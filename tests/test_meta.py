@@ -329,8 +329,9 @@ def test_mode_off_runs_the_agents_own_step_bit_for_bit():
     # the driver compiles init at its own options (no LLVM passes), whose floats may differ in the last bit
     init = jax.jit(jax.vmap(agent.init), compiler_options=INIT_COMPILER_OPTIONS)
     state = init(jax.random.split(jax.random.key(1), 2))
-    state, metrics = jax.jit(_masked_chunk(jax.vmap(agent.step, in_axes=(0, None)), n))(state, np.int32(0),
-                                                                                         np.int32(n))
+    state, packed = jax.jit(_masked_chunk(jax.vmap(agent.step, in_axes=(0, None)), n))(state, np.int32(0),
+                                                                                        np.int32(n))
+    metrics = packed.unpack()
     assert type(result.state) is type(state)  # no meta state beside it
     assert set(result.metrics) == set(metrics)  # no meta metrics
     for k, v in metrics.items():

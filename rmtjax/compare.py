@@ -273,8 +273,6 @@ def compare(algos=None, envs=None, seeds: int = 3, *, configs: Sequence[Any] = (
         n_iter = build_agent(cfg).num_iterations
         settings = {"train.num_seeds": seeds, "train.eval_episodes": eval_episodes,
                     "train.eval_every": max(1, math.ceil(n_iter / eval_points))}
-        if budget_seconds is not None:  # a piece's call also skips the rest of its chunk: short chunks
-            settings["train.num_chunks"] = min(n_iter, max(cfg.train.num_chunks, 100))
         if progress is not None:
             settings["train.progress"] = progress
         cfg = cfg.override(settings)

@@ -1,4 +1,4 @@
-"""The driver: vmap over seeds, `lax.scan` of `agent.step` in compiled chunks, progress, results.
+"""The driver: vmap over seeds, a loop of `agent.step` in compiled chunks, progress, results.
 
 `make_train(config)` gives the whole run as one pure function for users who want to
 `jit`/`vmap` it themselves; `train(config, key)` runs it in `train.num_chunks` compiled
@@ -153,26 +153,27 @@ def _scan_steps(vstep: Callable, length: int) -> Callable:
 
 
 def _masked_chunk(vstep: Callable, max_length: int) -> Callable:
-    """`(state, start, length) -> (state, PackedMetrics [max_length, ...])`: scan `max_length`
-    iterations of the batched step `vstep(state, t)` from iteration `start`, stepping only the
-    first `length` (both traced numbers) so one compile serves every chunk of the run, of any
-    length up to it."""
+    """`(state, start, length) -> (state, PackedMetrics [max_length, ...])`: iterations `start`
+    .. `start + length - 1` of the batched step `vstep(state, t)` (`length` up to `max_length`;
+    both traced numbers), so one compile serves every chunk of the run and every piece of one.
+    A while loop: a shorter call costs only the iterations it steps. The metrics' rows past
+    `length` are zeros."""
 
     def run(state, start, length):
-        # one trace of the step serves the metrics' shapes and the scan's body (tracing.py)
+        # one trace of the step serves the metrics' shapes and the loop's body (tracing.py)
         step_once, (_, probe) = trace_once(vstep, state, jax.numpy.int32(0))
         pack = _MetricPack(probe)
-        zero_metrics = pack.pack(zeros(probe))
+        rows = {dt: jax.numpy.zeros((max_length,) + a.shape, a.dtype) for dt, a in pack.pack(zeros(probe)).items()}
+        stop = jax.numpy.minimum(length, max_length)
 
-        def stepped(s, t):
-            s, metrics = step_once(s, t)
-            return s, pack.pack(metrics)
+        def body(carry):
+            s, rows, i = carry
+            s, metrics = step_once(s, start + i)
+            rows = {dt: jax.lax.dynamic_update_index_in_dim(rows[dt], v, i, 0) for dt, v in pack.pack(metrics).items()}
+            return s, rows, i + 1
 
-        def body(s, i):
-            return jax.lax.cond(i < length, lambda s_: stepped(s_, start + i), lambda s_: (s_, zero_metrics), s)
-
-        state, packed = jax.lax.scan(body, state, jax.numpy.arange(max_length, dtype=jax.numpy.int32))
-        return state, PackedMetrics(packed, pack.groups)
+        state, rows, _ = jax.lax.while_loop(lambda c: c[2] < stop, body, (state, rows, jax.numpy.int32(0)))
+        return state, PackedMetrics(rows, pack.groups)
 
     return run
 
@@ -213,7 +214,7 @@ class Program:
     """One run's composition, in one place for `make_train`, `train`, `load_run` and `evaluate`:
     the agent (`rmtjax.protocol`), vmapped over seeds → the transfer layer (`rmtjax.transfer`:
     the source parameters put in, stages released) → the meta layer (`rmtjax.meta.controller`,
-    when on) → a scan of iterations → the devices (`rmtjax.distributed.ShardedRun`, when more
+    when on) → a loop of iterations → the devices (`rmtjax.distributed.ShardedRun`, when more
     than one).
 
     `init(keys, hparams) -> state` and `step(state, t) -> (state, metrics)` are batched over seeds
@@ -507,7 +508,7 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=No
         run.begin(chunks[0] if snap is not None else None, done)
     if done < n_iter:
         t0 = time.perf_counter()
-        # One compiled chunk serves every chunk: the last, shorter one skips its surplus iterations.
+        # One compiled chunk serves every chunk: the last, shorter one stops after its iterations.
         # It is always lowered from the fresh state (whose weak types a restored state lacks), so
         # a resumed run executes the very program the uninterrupted one does.
         chunk = jax.jit(program.chunk(chunk_len), donate_argnums=0).lower(fresh, np.int32(0), np.int32(chunk_len)).compile()
@@ -686,12 +687,12 @@ class _CompileNote:
 
 class _Pieces:
     """Runs a chunk in pieces: calls of the same compiled chunk with a shorter length (the run is
-    the same bit for bit). A call steps only `length` of the chunk's iterations and skips the
-    others at a small cost, `skip` (measured once: a call stepping none); each piece's seconds,
-    less its share of that, give `per_iteration`. `_size` says how long the next piece is."""
+    the same bit for bit). A call steps only `length` iterations; what it costs beside them,
+    `overhead` (the call, the metrics' transfer), is measured once with a call stepping none;
+    each piece's seconds less that give `per_iteration`. `_size` says how long the next piece is."""
 
     def __init__(self):
-        self.skip: float | None = None
+        self.overhead: float | None = None
         self.per_iteration: float | None = None
 
     @staticmethod
@@ -708,15 +709,15 @@ class _Pieces:
 
     def run(self, chunk, state, done: int, length: int, chunk_len: int, bar, steps_per_iteration: int):
         """Up to `length` iterations of the chunk from `done` (fewer where `_size` ends it)."""
-        if self.skip is None:
-            state, _, self.skip = self._call(chunk, state, done, 0)  # steps nothing: the state is unchanged
+        if self.overhead is None:
+            state, _, self.overhead = self._call(chunk, state, done, 0)  # steps nothing: the state is unchanged
         pieces, at = [], done
         while at < done + length:
             n = self._size(at, done + length - at)
             if n < 1:
                 break
             state, metrics, seconds = self._call(chunk, state, at, n)
-            self.per_iteration = max(seconds - self.skip * (chunk_len - n) / chunk_len, 1e-9) / n
+            self.per_iteration = max(seconds - self.overhead, 1e-9) / n
             pieces.append(metrics)
             at += n
             if bar is not None and at < done + length:
@@ -746,7 +747,7 @@ class _Budget(_Pieces):
 
     def _fits(self) -> int:
         """Iterations that fit in the time left, rounded to the nearest (the last piece's call included)."""
-        left = self.seconds - (time.perf_counter() - self.start) - self.skip
+        left = self.seconds - (time.perf_counter() - self.start) - self.overhead
         return max(0, int(left / self.per_iteration + 0.5))
 
     def spent(self) -> bool:
@@ -767,7 +768,7 @@ class _Budget(_Pieces):
 class _Pacer(_Pieces):
     """Runs a chunk in pieces so that the progress bar moves within a long chunk, where that costs
     nothing measurable. The first chunk is split (its first sixteenth, then as below) only when
-    `skip` is under `FIRST_BUDGET` seconds; a later chunk into `k` pieces only where the (k-1)
+    `overhead` is under `FIRST_BUDGET` seconds; a later chunk into `k` pieces only where the (k-1)
     extra calls cost under `SHARE` of the chunk and each piece takes at least `PIECE_SECONDS`."""
 
     FIRST_BUDGET = 0.05
@@ -776,9 +777,9 @@ class _Pacer(_Pieces):
 
     def _size(self, at: int, left: int) -> int:
         if self.per_iteration is None:
-            return math.ceil(left / 16) if self.skip < self.FIRST_BUDGET and left >= 16 else left
+            return math.ceil(left / 16) if self.overhead < self.FIRST_BUDGET and left >= 16 else left
         expected = self.per_iteration * left
-        k = max(1, min(1 + int(self.SHARE * expected / max(self.skip, 1e-9)), int(expected // self.PIECE_SECONDS)))
+        k = max(1, min(1 + int(self.SHARE * expected / max(self.overhead, 1e-9)), int(expected // self.PIECE_SECONDS)))
         return math.ceil(left / k)
 
 

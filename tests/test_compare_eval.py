@@ -172,16 +172,18 @@ class _Bar:
         self.seen.append(self.n)
 
 
-def _fake_chunk(max_length, skip_seconds):
-    """A compiled chunk's interface, in numpy: a call costs `skip_seconds` for the iterations it skips."""
+def _fake_chunk(max_length, overhead_seconds):
+    """A compiled chunk's interface, in numpy: a call costs `overhead_seconds` beside its iterations."""
     import time
+
+    from rmtjax.driver import PackedMetrics
 
     def chunk(state, start, length):
         start, length = int(start), int(length)
-        time.sleep(skip_seconds * (max_length - length) / max_length + 0.002 * length)
-        rows = np.zeros((max_length, 1), np.int64)
-        rows[:length, 0] = np.arange(start, start + length)
-        return state + length, {"t": rows}
+        time.sleep(overhead_seconds + 0.002 * length)
+        rows = np.zeros((max_length, 1, 1), np.int64)
+        rows[:length, 0, 0] = np.arange(start, start + length)
+        return state + length, PackedMetrics({"int64": rows}, (("int64", ("t",)),))
 
     return chunk
 
@@ -195,7 +197,7 @@ def test_the_pacer_splits_a_chunk_only_where_it_costs_nothing_measurable():
     assert state == 64
     np.testing.assert_array_equal(metrics["t"][:, 0], np.arange(64))  # the pieces make up the chunk, in order
     assert bar.seen and bar.seen[0] == 4 and bar.seen[-1] < 64  # first a sixteenth, then more pieces
-    # skipped iterations that cost more than the first chunk's allowance: one call (after the probe)
+    # a call's overhead above the first chunk's allowance: one call (after the probe)
     slow, bar = _Pacer(), _Bar()
     state, metrics = slow.run(_fake_chunk(64, 0.2), 0, 0, 64, 64, bar, 1)
     assert state == 64 and bar.seen == [] and metrics["t"].shape == (64, 1)

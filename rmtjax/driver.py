@@ -534,7 +534,7 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=No
     while done < n_iter:
         length = min(chunk_len, n_iter - done)
         if pieces is not None:
-            state, metrics = pieces.run(chunk, state, done, length, chunk_len, bar, agent.steps_per_iteration)
+            state, metrics = pieces.run(chunk, state, done, length, bar, agent.steps_per_iteration)
             length = next(iter(metrics.values())).shape[0]
         else:
             state, metrics = chunk(state, np.int32(done), np.int32(length))
@@ -707,7 +707,7 @@ class _Pieces:
         to go; under 1 ends the chunk there."""
         raise NotImplementedError
 
-    def run(self, chunk, state, done: int, length: int, chunk_len: int, bar, steps_per_iteration: int):
+    def run(self, chunk, state, done: int, length: int, bar, steps_per_iteration: int):
         """Up to `length` iterations of the chunk from `done` (fewer where `_size` ends it)."""
         if self.overhead is None:
             state, _, self.overhead = self._call(chunk, state, done, 0)  # steps nothing: the state is unchanged

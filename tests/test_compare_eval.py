@@ -193,13 +193,13 @@ def test_the_pacer_splits_a_chunk_only_where_it_costs_nothing_measurable():
 
     pacer, bar = _Pacer(), _Bar()
     pacer.PIECE_SECONDS = 0.02
-    state, metrics = pacer.run(_fake_chunk(64, 0.0), 0, 0, 64, 64, bar, 1)
+    state, metrics = pacer.run(_fake_chunk(64, 0.0), 0, 0, 64, bar, 1)
     assert state == 64
     np.testing.assert_array_equal(metrics["t"][:, 0], np.arange(64))  # the pieces make up the chunk, in order
     assert bar.seen and bar.seen[0] == 4 and bar.seen[-1] < 64  # first a sixteenth, then more pieces
     # a call's overhead above the first chunk's allowance: one call (after the probe)
     slow, bar = _Pacer(), _Bar()
-    state, metrics = slow.run(_fake_chunk(64, 0.2), 0, 0, 64, 64, bar, 1)
+    state, metrics = slow.run(_fake_chunk(64, 0.2), 0, 0, 64, bar, 1)
     assert state == 64 and bar.seen == [] and metrics["t"].shape == (64, 1)
 
 

@@ -104,9 +104,6 @@ class _MetricPack:
     def pack(self, metrics: Mapping[str, Any]) -> dict:
         return {dt: jax.numpy.stack([metrics[n] for n in names], -1) for dt, names in self.groups}
 
-    def unpack(self, packed: Mapping[str, Any]) -> dict:
-        return PackedMetrics(dict(packed), self.groups).unpack()
-
 
 @jax.tree_util.register_pytree_node_class
 class PackedMetrics:
@@ -135,6 +132,13 @@ class PackedMetrics:
         return out
 
 
+def _call_chunk(chunk, state, start: int, length: int):
+    """`length` iterations of the compiled chunk from `start`: (state, name -> `[length, ...]`
+    numpy array), once the call has finished."""
+    state, packed = chunk(state, np.int32(start), np.int32(length))
+    return state, {k: v[:length] for k, v in jax.device_get(packed).unpack().items()}
+
+
 def _scan_steps(vstep: Callable, length: int) -> Callable:
     """`state -> (state, metrics)`: iterations 0 .. length-1 of the batched step `vstep(state, t)`."""
 
@@ -147,7 +151,7 @@ def _scan_steps(vstep: Callable, length: int) -> Callable:
             return s, pack.pack(metrics)
 
         state, packed = jax.lax.scan(body, state, jax.numpy.arange(length, dtype=jax.numpy.int32))
-        return state, pack.unpack(packed)
+        return state, PackedMetrics(packed, pack.groups).unpack()
 
     return run
 
@@ -537,8 +541,7 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=No
             state, metrics = pieces.run(chunk, state, done, length, bar, agent.steps_per_iteration)
             length = next(iter(metrics.values())).shape[0]
         else:
-            state, metrics = chunk(state, np.int32(done), np.int32(length))
-            metrics = {k: v[:length] for k, v in jax.device_get(metrics).unpack().items()}
+            state, metrics = _call_chunk(chunk, state, done, length)
         if between is not None:
             state, moved = between.after_chunk(state)  # per seed, at the chunk's end: one row each
             metrics.update({k: np.broadcast_to(np.asarray(v), (length,) + np.shape(v)).copy() for k, v in moved.items()})
@@ -698,8 +701,7 @@ class _Pieces:
     @staticmethod
     def _call(chunk, state, start: int, length: int):
         t = time.perf_counter()
-        state, metrics = chunk(state, np.int32(start), np.int32(length))
-        metrics = {k: v[:length] for k, v in jax.device_get(metrics).unpack().items()}  # waits for the piece
+        state, metrics = _call_chunk(chunk, state, start, length)
         return state, metrics, time.perf_counter() - t
 
     def _size(self, at: int, left: int) -> int:

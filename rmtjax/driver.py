@@ -31,9 +31,20 @@ from rmtjax.tracing import trace_once, zeros
 # A run's init program runs once, in milliseconds: compiled without LLVM's optimisation passes it
 # compiles in about half the time (presets, 2 CPU cores: RMT 3.6 -> 1.6 s, DQN 2.1 -> 0.8 s, PQN,
 # PPO, SAC 0.4-0.5x; benchmarks/results/init_compile/). Its floating-point results may differ from an optimised
-# build's in the last bit (the initial parameters, the first observations); the chunk, where the
-# time goes, keeps XLA's full optimisation (at level 0 it ran 2.3-3.6x slower).
+# build's in the last bit (the initial parameters, the first observations). At level 0 the chunk
+# ran 2.3-3.6x slower.
 INIT_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0}
+
+# The chunk, where the time goes, on the CPU: LLVM at optimisation level 2 instead of XLA's default
+# (3) compiles it in about 0.6x the time, steps it as fast and gives the same floats, bit for bit
+# (presets, 8 seeds, 2 CPU cores; level 1 compiled no faster and rounded differently):
+# benchmarks/results/chunk_compile/. Elsewhere (GPU) the chunk keeps XLA's defaults.
+CPU_CHUNK_COMPILER_OPTIONS = {"xla_backend_optimization_level": 2}
+
+
+def chunk_compiler_options() -> dict | None:
+    """The options the driver compiles a chunk with on the default backend (None: XLA's defaults)."""
+    return dict(CPU_CHUNK_COMPILER_OPTIONS) if jax.default_backend() == "cpu" else None
 
 
 @dataclasses.dataclass
@@ -515,7 +526,8 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=No
         # One compiled chunk serves every chunk: the last, shorter one stops after its iterations.
         # It is always lowered from the fresh state (whose weak types a restored state lacks), so
         # a resumed run executes the very program the uninterrupted one does.
-        chunk = jax.jit(program.chunk(chunk_len), donate_argnums=0).lower(fresh, np.int32(0), np.int32(chunk_len)).compile()
+        chunk = jax.jit(program.chunk(chunk_len), donate_argnums=0).lower(fresh, np.int32(0), np.int32(chunk_len)
+                                                                          ).compile(chunk_compiler_options())
         compile_seconds += time.perf_counter() - t0
     del fresh
     start = done

@@ -45,6 +45,18 @@ def test_make_train_matches_train_and_vmaps_over_hparams():
     np.testing.assert_allclose(np.asarray(swept["lr"][:, 0, 0]), [1e-4, 1e-3], rtol=1e-6)
 
 
+def test_the_chunk_is_compiled_with_options_xla_accepts():
+    from rmtjax import driver
+
+    options = driver.chunk_compiler_options()
+    assert options == (driver.CPU_CHUNK_COMPILER_OPTIONS if jax.default_backend() == "cpu" else None)
+    # an option name XLA does not know raises here, so a jaxlib that renames one fails this test
+    double = jax.jit(lambda x: x * 2.0).lower(np.arange(3.0)).compile(options)
+    np.testing.assert_array_equal(double(np.arange(3.0)), [0.0, 2.0, 4.0])
+    with pytest.raises(Exception, match="no_such_option"):
+        jax.jit(lambda x: x * 2.0).lower(np.arange(3.0)).compile({"xla_no_such_option": 1})
+
+
 def test_unknown_hparam_override_is_a_config_error():
     with pytest.raises(rmtjax.ConfigError, match="'lrate' is not a hyperparameter of ppo"):
         rmtjax.make_train(small_ppo())(jax.random.key(0), {"lrate": 1.0})

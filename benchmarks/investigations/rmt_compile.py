@@ -3,7 +3,8 @@ CartPole preset's network with one component switched off at a time, beside rmtj
 
     python -m benchmarks rmt_compile [--seeds 1] [--rounds 3] [--variants ...] [--name rmt_compile]
 
-Each variant is compiled from a new `Program` with the persistent cache off, once per round, every
+Each program is compiled as the driver compiles it (the init program at `INIT_COMPILER_OPTIONS`,
+the chunk at `chunk_compiler_options()`). Each variant is compiled from a new `Program` with the persistent cache off, once per round, every
 variant in each round (this machine's compile times drift by ±10% and more over minutes, so
 back-to-back repeats of one variant can all land in a slow spell), each round starting one variant
 later than the last (in a fixed order one position was always slow); the table gives the fastest
@@ -21,7 +22,7 @@ import numpy as np
 import rmtjax
 from benchmarks.lib.tables import write_table
 from rmtjax import cache
-from rmtjax.driver import INIT_COMPILER_OPTIONS, Program, seed_keys
+from rmtjax.driver import INIT_COMPILER_OPTIONS, Program, chunk_compiler_options, seed_keys
 
 BASE = "rmt (its defaults)"
 VARIANTS = {
@@ -50,7 +51,8 @@ def measure(algo: str, overrides: dict, seeds: int, seed: int = 0):
     t1 = time.perf_counter()
     state = init(keys)
     t2 = time.perf_counter()
-    chunk = jax.jit(program.chunk(100), donate_argnums=0).lower(state, np.int32(0), np.int32(100)).compile()
+    chunk = jax.jit(program.chunk(100), donate_argnums=0).lower(state, np.int32(0), np.int32(100)).compile(
+        chunk_compiler_options())  # as the driver compiles it
     t3 = time.perf_counter()
     return t1 - t0, t3 - t2, len(chunk.as_text().splitlines())
 

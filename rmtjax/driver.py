@@ -36,8 +36,9 @@ from rmtjax.tracing import trace_once, zeros
 INIT_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0}
 
 # The chunk, where the time goes, on the CPU: LLVM at optimisation level 2 instead of XLA's default
-# (3) compiles it in 0.64-0.88x the time, steps it as fast and gives the same floats, bit for bit
-# (presets, 8 seeds, 2 CPU cores; level 1 compiled no faster and rounded differently):
+# (3) compiles it in 0.64-0.88x the time and steps it as fast (presets, 8 seeds, 2 CPU cores; the
+# same floats bit for bit on those presets, not on every program; level 1 compiled no faster and
+# rounded differently on most presets):
 # benchmarks/results/chunk_compile/. Elsewhere (GPU) the chunk keeps XLA's defaults.
 CPU_CHUNK_COMPILER_OPTIONS = {"xla_backend_optimization_level": 2}
 

@@ -5,10 +5,11 @@ CartPole preset's network with one component switched off at a time, beside rmtj
 
 Each program is compiled as the driver compiles it (the init program at `INIT_COMPILER_OPTIONS`,
 the chunk at `chunk_compiler_options()`). Each variant is compiled from a new `Program` with the
-persistent cache off, once per round, every variant in each round (this machine's compile times drift by ±10% and more over minutes, so
-back-to-back repeats of one variant can all land in a slow spell), each round starting one variant
-later than the last (in a fixed order one position was always slow); the table gives the fastest
-of its rounds and the optimised HLO's line count as a size that does not drift.
+persistent cache off, once per round, every variant in each round (this machine's compile times
+drift by ±10% and more over minutes, so back-to-back repeats of one variant can all land in a slow
+spell), each round starting one variant later than the last (in a fixed order one position was
+always slow); the table gives the fastest of its rounds and the optimised HLO's line count as a
+size that does not drift.
 """
 
 from __future__ import annotations

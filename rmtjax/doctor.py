@@ -361,7 +361,9 @@ class DoctorWarning(UserWarning):
 class Kind:
     cause: str
     evidence: tuple[str, ...]  # metric names (without the prefix) shown as evidence
-    fixes: tuple[tuple[str, str], ...]  # (config field, suggested value or change)
+    # (config field, suggested value or change) or (field, suggestion, at_least): a fix of the last form
+    # is left out where the config's value is already at least `at_least` (8 seeds need no "3 or more")
+    fixes: tuple[tuple, ...]
 
 
 KINDS: dict[str, Kind] = {
@@ -370,7 +372,7 @@ KINDS: dict[str, Kind] = {
         "(too little initial exploration, rewards on a large scale, or one unlucky seed)",
         ("return", "return_first"),
         (("agent.eps_start", "0.9 (an initial exploration rate of 0.8-0.99)"), ("agent.ent_coef", "0.01"),
-         ("env.reward_scale", "so that rewards lie within [-1, 1]"), ("train.num_seeds", "3 or more"))),
+         ("env.reward_scale", "so that rewards lie within [-1, 1]"), ("train.num_seeds", "3 or more", 3))),
     "value_divergence": Kind(
         "the value estimates diverged: Q or the TD/value loss grew far beyond the returns, or updates were "
         "skipped as non-finite (learning rate too high, unclipped gradients, a target updated too often, "
@@ -394,7 +396,7 @@ KINDS: dict[str, Kind] = {
         "the seeds' returns stay far apart: the result depends on the seed (or the seeds were given different "
         "hyperparameters on purpose)",
         ("seed_spread", "return"),
-        (("train.num_seeds", "5 or more, and report an interval"), ("agent.lr", "half of the current value"))),
+        (("train.num_seeds", "5 or more, and report an interval", 5), ("agent.lr", "half of the current value"))),
     "device_disagreement": Kind(
         "the devices' returns differ by more than the threshold: the workers are desynchronised (their "
         "parameters or statistics drift apart, or a lossy gradient fusion loses too much)",
@@ -418,15 +420,19 @@ class Finding:
 
 
 def fixes(kind: str, config=None) -> list[str]:
-    """`field: suggestion` lines for a finding; with a config, only the fields it has (and their values)."""
+    """`field: suggestion` lines for a finding; with a config, only the fields it has (and their values),
+    less those already at the suggested minimum."""
     out = []
     data = None if config is None else config.to_dict()
-    for field, hint in KINDS[kind].fixes:
+    for field, hint, *at_least in KINDS[kind].fixes:
         if data is not None:
             section, name = field.split(".", 1)
             if name not in (data.get(section) or {}):
                 continue
-            out.append(f"{field}: {hint} (now {data[section][name]!r})")
+            now = data[section][name]
+            if at_least and now >= at_least[0]:
+                continue
+            out.append(f"{field}: {hint} (now {now!r})")
         else:
             out.append(f"{field}: {hint}")
     return out

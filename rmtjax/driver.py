@@ -292,6 +292,14 @@ class Program:
         chunk = _masked_chunk(self.step, max_length)
         return chunk if self.sharded is None else self.sharded.chunk(chunk)
 
+    def compile_chunk(self, state, length: int, compiler_options: dict | None | str = "driver"):
+        """`chunk(length)` lowered for `state`'s shapes and compiled as a run compiles it: the state
+        donated, with `chunk_compiler_options()` (or the `compiler_options` given; None: XLA's
+        defaults). Probes and benchmarks that call this compile the very program `train` runs."""
+        options = chunk_compiler_options() if compiler_options == "driver" else compiler_options
+        return jax.jit(self.chunk(length), donate_argnums=0).lower(state, np.int32(0), np.int32(length)
+                                                                   ).compile(options)
+
     def whole(self) -> Callable:
         """The whole run as one function `(key, hparams) -> (state, metrics [num_seeds, iterations])`."""
         run = _scan_steps(self.step, self.num_iterations)
@@ -527,8 +535,7 @@ def _drive(program: Program, key, hparams, progress, on_chunk, run, *, logger=No
         # One compiled chunk serves every chunk: the last, shorter one stops after its iterations.
         # It is always lowered from the fresh state (whose weak types a restored state lacks), so
         # a resumed run executes the very program the uninterrupted one does.
-        chunk = jax.jit(program.chunk(chunk_len), donate_argnums=0).lower(fresh, np.int32(0), np.int32(chunk_len)
-                                                                          ).compile(chunk_compiler_options())
+        chunk = program.compile_chunk(fresh, chunk_len)
         compile_seconds += time.perf_counter() - t0
     del fresh
     start = done

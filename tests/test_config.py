@@ -138,4 +138,7 @@ def test_every_bundled_preset_builds_and_declares_its_algo(preset):
         pytest.importorskip("Box2D", reason="Box2D presets need the box2d extra: pip install 'rmtjax[box2d]'")
     cfg = rmtjax.make_config(algo, env)
     assert cfg.algo == algo and cfg.env.id == env
-    assert rmtjax.agents.build_agent(cfg).num_iterations >= 1
+    agent = rmtjax.agents.build_agent(cfg)
+    assert agent.num_iterations >= 1
+    # whole iterations: a preset never earns the rounding warning `train` gives a user's config
+    assert cfg.train.total_steps == agent.num_iterations * agent.steps_per_iteration

@@ -150,6 +150,19 @@ def test_seed_disagreement_within_cells_and_device_disagreement():
     assert not same["doctor_device_disagreement"].any()
 
 
+def test_a_fix_the_config_already_has_is_not_suggested():
+    two = rmtjax.make_config("ppo", "CartPole-v1", {"train.num_seeds": 2})
+    eight = rmtjax.make_config("ppo", "CartPole-v1", {"train.num_seeds": 8})
+    assert any(f.startswith("train.num_seeds: 5 or more") and f.endswith("(now 2)")
+               for f in doctor.fixes("seed_disagreement", two))
+    assert [f for f in doctor.fixes("seed_disagreement", eight) if "num_seeds" in f] == []
+    assert any(f.startswith("agent.lr:") for f in doctor.fixes("seed_disagreement", eight))
+    assert [f for f in doctor.fixes("early_collapse", rmtjax.make_config("ppo", "CartPole-v1", {"train.num_seeds": 3}))
+            if "num_seeds" in f] == []
+    assert "train.num_seeds: 3 or more (now 1)" in doctor.fixes("early_collapse", rmtjax.make_config("ppo", "CartPole-v1"))
+    assert "train.num_seeds: 5 or more, and report an interval" in doctor.fixes("seed_disagreement")  # no config
+
+
 # -- real runs ---------------------------------------------------------------------------------------
 def train(tmp_path_factory, name, algo, env, overrides, hparams=None):
     path = tmp_path_factory.mktemp("doctor") / name

@@ -57,6 +57,23 @@ def test_the_chunk_is_compiled_with_options_xla_accepts():
         jax.jit(lambda x: x * 2.0).lower(np.arange(3.0)).compile({"xla_no_such_option": 1})
 
 
+def test_runs_and_probes_compile_the_chunk_through_one_method(monkeypatch):
+    from rmtjax import driver
+
+    program = driver.Program(small_ppo())
+    state = program.initial_state(driver.seed_keys(jax.random.key(0), 2))
+    chunk = program.compile_chunk(state, 2)
+    _, packed = chunk(jax.tree.map(lambda x: x.copy(), state), np.int32(0), np.int32(2))  # donated
+    assert packed.unpack()["env_steps"].shape == (2, 2)
+    # the options come from chunk_compiler_options() at call time, for `train` as for a probe
+    monkeypatch.setattr(driver, "chunk_compiler_options", lambda: {"xla_no_such_option": 1})
+    with pytest.raises(Exception, match="no_such_option"):
+        program.compile_chunk(state, 2)
+    with pytest.raises(Exception, match="no_such_option"):
+        rmtjax.train(small_ppo(), jax.random.key(0))
+    program.compile_chunk(state, 2, None)  # XLA's defaults, asked for by name
+
+
 def test_unknown_hparam_override_is_a_config_error():
     with pytest.raises(rmtjax.ConfigError, match="'lrate' is not a hyperparameter of ppo"):
         rmtjax.make_train(small_ppo())(jax.random.key(0), {"lrate": 1.0})

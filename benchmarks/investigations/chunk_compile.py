@@ -66,8 +66,7 @@ def measure(agent: str, seeds: int, rounds: int, reps: int):
     for r in range(rounds):
         for label in list(WAYS)[r % len(WAYS):] + list(WAYS)[:r % len(WAYS)]:
             t0 = time.perf_counter()
-            compiled[label] = jax.jit(program.chunk(length), donate_argnums=0).lower(
-                fresh, np.int32(0), np.int32(length)).compile(WAYS[label])
+            compiled[label] = program.compile_chunk(fresh, length, WAYS[label])
             compile_s[label] = min(compile_s.get(label, float("inf")), time.perf_counter() - t0)
     copy = lambda tree: jax.tree.map(lambda x: x.copy(), tree)  # a chunk donates its state
     warmed = {label: jax.block_until_ready(c(copy(fresh), np.int32(0), np.int32(warm))[0])

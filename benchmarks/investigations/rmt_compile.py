@@ -23,7 +23,7 @@ import numpy as np
 import rmtjax
 from benchmarks.lib.tables import write_table
 from rmtjax import cache
-from rmtjax.driver import INIT_COMPILER_OPTIONS, Program, chunk_compiler_options, seed_keys
+from rmtjax.driver import INIT_COMPILER_OPTIONS, Program, seed_keys
 
 BASE = "rmt (its defaults)"
 VARIANTS = {
@@ -52,8 +52,7 @@ def measure(algo: str, overrides: dict, seeds: int, seed: int = 0):
     t1 = time.perf_counter()
     state = init(keys)
     t2 = time.perf_counter()
-    chunk = jax.jit(program.chunk(100), donate_argnums=0).lower(state, np.int32(0), np.int32(100)).compile(
-        chunk_compiler_options())  # as the driver compiles it
+    chunk = program.compile_chunk(state, 100)  # as the driver compiles it
     t3 = time.perf_counter()
     return t1 - t0, t3 - t2, len(chunk.as_text().splitlines())
 

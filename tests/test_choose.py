@@ -2,7 +2,7 @@ import types
 
 import numpy as np
 
-from benchmarks.experiments.choose import time_to_threshold
+from benchmarks.experiments.choose import steps_to_threshold, time_to_threshold
 
 
 def test_time_to_threshold_counts_compile_and_the_share_of_the_run_until_the_first_evaluation_at_it():
@@ -12,6 +12,10 @@ def test_time_to_threshold_counts_compile_and_the_share_of_the_run_until_the_fir
     t = time_to_threshold(result, 475.0)
     np.testing.assert_allclose(t[[0, 2]], [5.0 + 8.0 * 20 / 40, 5.0 + 8.0 * 10 / 40])
     assert np.isinf(t[1])  # never reached
+    result.metrics["env_steps"] = np.arange(1, 41)[None, :] * np.array([[100], [100], [300]])  # [seeds, iterations]
+    steps = steps_to_threshold(result, 475.0)
+    np.testing.assert_array_equal(steps[[0, 2]], [20 * 100, 10 * 300])  # after iterations 20 and 10
+    assert np.isinf(steps[1])
 
 
 def test_the_minatar_aggregate_divides_each_games_iqm_by_the_best_and_resamples_seeds():

@@ -9,7 +9,8 @@ policy evaluated in the loop (`train.eval_every`, 10 episodes per seed) `--evals
 time to the threshold is the compile time plus the run's seconds up to the first evaluation at
 or above the threshold (its share of the run's iterations, the seeds running side by side); a
 seed that never reaches it counts as not reached. The table gives the median over seeds (with
-how many reached it) and the IQM of the final greedy return with its 95% interval.
+how many reached it), the median env steps (per seed) done by then, which does not depend on the
+machine's speed, and the IQM of the final greedy return with its 95% interval.
 """
 
 from __future__ import annotations
@@ -37,6 +38,19 @@ def time_to_threshold(result, threshold: float) -> np.ndarray:
     return out
 
 
+def steps_to_threshold(result, threshold: float) -> np.ndarray:
+    """Env steps (per seed) done when each seed's greedy return first reached `threshold`; inf where
+    it never did: how much experience it needed, whatever the machine's speed."""
+    iters, ret = result.eval_iterations, result.eval_return
+    steps = result.metrics["env_steps"]  # [seeds, iterations]
+    out = np.full(ret.shape[0], np.inf)
+    for s in range(ret.shape[0]):
+        hit = np.flatnonzero(ret[s] >= threshold)
+        if hit.size:
+            out[s] = steps[s, iters[hit[0]] - 1]
+    return out
+
+
 def train_preset(algo: str, env: str, seeds: int, evals: int):
     base = rmtjax.make_config(algo, env)
     steps_per_iteration = build_agent(base).steps_per_iteration
@@ -59,7 +73,7 @@ def run(args):
 
     cache.enable(disable=True)  # cold compiles: what a first run costs
     header = ["env", "agent (preset)", "env steps × seeds", "compile s", "run s", "reached",
-              "median s to threshold", "final greedy IQM [95% CI]"]
+              "median s to threshold", "median env steps to threshold", "final greedy IQM [95% CI]"]
     rows = []
     for item in args.envs:
         env, threshold = item.rsplit(":", 1)
@@ -68,11 +82,13 @@ def run(args):
             t = time_to_threshold(r, float(threshold))
             reached = np.isfinite(t)
             median = np.median(t)  # inf when half or more never reach it
+            steps = np.median(steps_to_threshold(r, float(threshold)))
             final = r.eval_return[:, -1]
             iqm, lo, hi = stratified_iqm_ci(final[:, None])
             rows.append([f"{env} (≥ {threshold})", algo, f"{r.config.train.total_steps:,} × {args.seeds}",
                          f"{r.compile_seconds:.1f}", f"{r.run_seconds:.1f}", f"{reached.sum()}/{len(t)}",
                          "never" if not np.isfinite(median) else f"**{median:.1f}**",
+                         "never" if not np.isfinite(steps) else f"{steps:,.0f}",
                          f"{iqm:.1f} [{lo:.1f}, {hi:.1f}]"])
             print(" | ".join(rows[-1]), flush=True)
             write_table("choose", args.name, "Wall-clock to a greedy threshold, each agent at its preset", header, rows,

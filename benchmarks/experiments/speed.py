@@ -8,8 +8,8 @@ gradient step of batch 128 per iteration (10 env steps), buffer 10,000, learning
 steps, lr 2.5e-4, hard target update every 500 env steps (50 gradient steps), ε 1 → 0.05 over
 the first half, 120-84 ReLU MLP, squared loss, no gradient clipping. **RMT** — the same envs,
 replay ratio, batch, buffer, warm-up, lr, target period and ε schedule with every RMT component
-on (tiered replay, ε+Boltzmann exploration, 3-step Double-DQN targets, Huber loss, dueling head,
-its CartPole preset's torso (since the redesign one 64-wide fractal block with LayerNorm),
+on (tiered replay, ε+Boltzmann exploration, 3-step DQN targets (Double-DQN until RMT's default
+became single-Q), Huber loss, dueling head, its CartPole preset's torso (since the redesign one 64-wide fractal block with LayerNorm),
 clipping); `rmt-64`: two 64-wide fractal blocks; `rmt-mlp`: every component but the torso,
 which is the DQN's 120-84 MLP with LayerNorm; `rmt-dqnnet`: the DQN's very network (120-84, no
 LayerNorm), so the row measures RMT's machinery at the DQN's arithmetic. **PPO** — rmtjax's CartPole preset
@@ -48,7 +48,7 @@ ROWS = {
     "rmt-64": ("rmt", {**DQN_SETTINGS, "agent.hidden": [64, 64]}),
     # every RMT component but the torso: the DQN's 120-84 MLP (with LayerNorm) instead of the fractal one
     "rmt-mlp": ("rmt", {**DQN_SETTINGS, "agent.torso": "mlp", "agent.hidden": [120, 84]}),
-    # RMT's machinery (tiered replay, ε+Boltzmann, 3-step Double-DQN, dueling, Huber, clip) on the DQN's very network
+    # RMT's machinery (tiered replay, ε+Boltzmann, 3-step targets, dueling, Huber, clip) on the DQN's very network
     "rmt-dqnnet": ("rmt", {**DQN_SETTINGS, "agent.torso": "mlp", "agent.hidden": [120, 84], "agent.layer_norm": False}),
     "ppo": ("ppo", {}),
 }

@@ -26,7 +26,7 @@ VARIANTS = {
     "uniform replay (not tiered)": ["agent.replay=uniform"],
     "ε-greedy (no Boltzmann)": ["agent.exploration=eps_greedy"],
     "MLP torso (not fractal)": ["agent.torso=mlp"],
-    "no Double-DQN": ["agent.double_q=false"],
+    "Double-DQN (one more forward pass)": ["agent.double_q=true"],
 }
 
 

@@ -34,7 +34,7 @@ VARIANTS = {
     "rmt, MLP torso": ("rmt", {"agent.torso": "mlp"}),
     "rmt, no LayerNorm": ("rmt", {"agent.layer_norm": False}),
     "rmt, no dueling head": ("rmt", {"agent.dueling": False}),
-    "rmt, no Double-Q": ("rmt", {"agent.double_q": False}),
+    "rmt, Double-Q (one more forward pass; its default before)": ("rmt", {"agent.double_q": True}),
     "rmt, ε-greedy only": ("rmt", {"agent.exploration": "eps_greedy"}),
     "rmt, doctor off": ("rmt", {"doctor.enabled": False}),
 }

@@ -58,7 +58,7 @@ class RMTConfig(Section, HierOptions, DemoOptions):
     optimizer: str = param("adam", choices=("adam", "rmsprop"), doc="adam, or centered RMSProp (the MinAtar paper's)")
     gamma: float = param(0.99, lo=0.0, hi=1.0)
     n_step: int = param(3, lo=1, hi=32, doc="n of the n-step return")
-    double_q: bool = param(True, doc="Double-DQN targets (online argmax, target value): one more forward pass")
+    double_q: bool = param(False, doc="Double-DQN targets (online argmax, target value): one more forward pass")
     target_update: str = param("hard", choices=("hard", "polyak"))
     target_update_every: int = param(125, lo=1, doc="gradient steps between hard target updates")
     tau: float = param(0.005, lo=0.0, hi=1.0, lo_open=True, doc="Polyak rate")

@@ -27,14 +27,15 @@ from rmtjax.driver import Program
 MLP = {"agent.torso": "mlp", "agent.hidden": [120, 84]}
 PLAIN = {"agent.double_q": False, "agent.layer_norm": False, "agent.dueling": False, "agent.max_grad_norm": 0.0,
          "agent.loss": "mse", "agent.n_step": 1}
+F128 = {"agent.hidden": [128, 128]}  # RMT's torso when this was first measured (its default is one 64-wide block now)
 VARIANTS = {
-    "RMT: fractal 128 (2 blocks), LayerNorm, dueling, Double-DQN, Huber, clip": {},
+    "RMT: fractal 128 (2 blocks), LayerNorm, dueling, Double-DQN, Huber, clip": F128,
     "fractal 64": {"agent.hidden": [64, 64]},
-    "fractal 128, no Double-DQN (2 forward passes, not 3)": {"agent.double_q": False},
-    "fractal 128, no LayerNorm": {"agent.layer_norm": False},
-    "fractal 128, no dueling head": {"agent.dueling": False},
-    "fractal 128, no clip": {"agent.max_grad_norm": 0.0},
-    "fractal 128, squared loss": {"agent.loss": "mse"},
+    "fractal 128, no Double-DQN (2 forward passes, not 3)": {**F128, "agent.double_q": False},
+    "fractal 128, no LayerNorm": {**F128, "agent.layer_norm": False},
+    "fractal 128, no dueling head": {**F128, "agent.dueling": False},
+    "fractal 128, no clip": {**F128, "agent.max_grad_norm": 0.0},
+    "fractal 128, squared loss": {**F128, "agent.loss": "mse"},
     "MLP 120-84, every other RMT component on": MLP,
     "MLP 120-84, plain DQN arithmetic": {**MLP, **PLAIN},
 }
@@ -56,8 +57,9 @@ def _observations(key, agent, batch_size):
 
 def compiled_steps(overrides: dict, steps: int, batch_size: int = 128, env: str = "CartPole-v1", swap=None):
     """(the compiled scan of `steps` gradient steps, its arguments, forward MACs per sample).
-    `swap(agent)`: replaces the agent's networks before anything is traced (same parameters)."""
-    cfg = rmtjax.make_config("rmt", env, {"agent.batch_size": batch_size, **overrides})
+    `swap(agent)`: replaces the agent's networks before anything is traced (same parameters).
+    Double-DQN targets unless `overrides` say otherwise: the step these investigations measured."""
+    cfg = rmtjax.make_config("rmt", env, {"agent.batch_size": batch_size, "agent.double_q": True, **overrides})
     agent = Program(cfg).agent
     if swap is not None:
         swap(agent)

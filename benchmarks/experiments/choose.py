@@ -24,31 +24,29 @@ from benchmarks.lib.tables import write_table
 from benchmarks.lib.stats import stratified_iqm_ci
 
 
+def first_reached(result, threshold: float) -> np.ndarray:
+    """Per seed, the iteration (1-based) after which its greedy return first reached `threshold`;
+    0 where it never did."""
+    iters = np.asarray(result.eval_iterations)  # the iterations each evaluation followed (1-based)
+    reached = np.asarray(result.eval_return) >= threshold  # [seeds, evaluations]
+    return np.where(reached.any(axis=1), iters[reached.argmax(axis=1)], 0)
+
+
 def time_to_threshold(result, threshold: float) -> np.ndarray:
     """Seconds (compile included) until each seed's greedy return first reached `threshold`; inf
     where it never did."""
-    iters = result.eval_iterations  # the iterations each evaluation followed (1-based)
-    ret = result.eval_return  # [seeds, evaluations]
+    it = first_reached(result, threshold)
     n = result.metrics["env_steps"].shape[1]
-    out = np.full(ret.shape[0], np.inf)
-    for s in range(ret.shape[0]):
-        hit = np.flatnonzero(ret[s] >= threshold)
-        if hit.size:
-            out[s] = result.compile_seconds + result.run_seconds * iters[hit[0]] / n
-    return out
+    return np.where(it > 0, result.compile_seconds + result.run_seconds * it / n, np.inf)
 
 
 def steps_to_threshold(result, threshold: float) -> np.ndarray:
     """Env steps (per seed) done when each seed's greedy return first reached `threshold`; inf where
     it never did: how much experience it needed, whatever the machine's speed."""
-    iters, ret = result.eval_iterations, result.eval_return
-    steps = result.metrics["env_steps"]  # [seeds, iterations]
-    out = np.full(ret.shape[0], np.inf)
-    for s in range(ret.shape[0]):
-        hit = np.flatnonzero(ret[s] >= threshold)
-        if hit.size:
-            out[s] = steps[s, iters[hit[0]] - 1]
-    return out
+    it = first_reached(result, threshold)
+    steps = np.asarray(result.metrics["env_steps"])  # [seeds, iterations]
+    done = steps[np.arange(len(it)), np.maximum(it, 1) - 1]
+    return np.where(it > 0, done, np.inf)
 
 
 def train_preset(algo: str, env: str, seeds: int, evals: int):

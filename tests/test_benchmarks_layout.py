@@ -192,6 +192,21 @@ def test_the_recorded_command_is_the_entry_points():
     assert command(["/x/benchmarks/__main__.py", "run", "speed_rmt"]) == "python -m benchmarks run speed_rmt"
 
 
+def test_a_results_file_says_whether_its_compiles_read_a_persistent_cache(tmp_path):
+    import jax
+
+    from benchmarks.lib.tables import provenance
+
+    before = jax.config.jax_compilation_cache_dir
+    try:
+        jax.config.update("jax_compilation_cache_dir", None)
+        assert provenance()[-1] == "- compile cache: off (cold compiles)"
+        jax.config.update("jax_compilation_cache_dir", str(tmp_path))
+        assert provenance()[-1].startswith(f"- compile cache: on ({tmp_path}): a compile column may read")
+    finally:
+        jax.config.update("jax_compilation_cache_dir", before)
+
+
 def test_the_readme_names_every_results_file():
     readme = (BENCH / "README.md").read_text()
     missing = [str(p.relative_to(BENCH / "results")) for p in (BENCH / "results").glob("*/*.md")

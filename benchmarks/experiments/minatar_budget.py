@@ -7,8 +7,9 @@ and the aggregate score (each game's IQM ÷ the best agent's IQM on that game, a
 
 Each agent runs at its preset where it has one (DQN and PQN on Breakout-MinAtar), else at its
 defaults; each `--configs` file is one more entry run on every game. One program per (agent,
-game), the seeds vmapped (`rmtjax.compare` with `budget_seconds`). The aggregate's interval
-resamples each (agent, game)'s seeds (5,000 draws) with the per-game best held at its point value.
+game), the seeds vmapped (`rmtjax.compare` with `budget_seconds`), compiled cold (the persistent
+cache off). The aggregate's interval resamples each (agent, game)'s seeds (5,000 draws) with the
+per-game best held at its point value.
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ def add_arguments(ap) -> None:
 
 
 def run(args):
+    from rmtjax import cache
+
+    cache.enable(disable=True)  # cold compiles: the compile column is what a first run costs
     header = ["game", "agent", "env steps / seed", "trained s", "env-steps/s", "compile s", "greedy IQM [95% CI]",
               "per seed"]
     rows, scores = [], {}

@@ -16,12 +16,23 @@ def table(header: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
+def compile_cache() -> str:
+    """Whether this process compiled through a persistent cache, which turns a compile column
+    into disk reads of programs compiled by an earlier run."""
+    import jax
+
+    where = jax.config.jax_compilation_cache_dir
+    return f"on ({where}): a compile column may read programs compiled before" if where else "off (cold compiles)"
+
+
 def provenance() -> list[str]:
-    """The lines that say how a results file came about: command, machine, date, commit."""
+    """The lines that say how a results file came about: command, machine, date, commit and the
+    compile cache."""
     return [f"- command: `{runner.command()}`",
             f"- machine: {runner.machine()}",
             f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}",
-            f"- git: {runner.git_rev()}"]
+            f"- git: {runner.git_rev()}",
+            f"- compile cache: {compile_cache()}"]
 
 
 def write_table(group: str, name: str, title: str, header: list[str], rows: list[list], notes: str = "") -> Path:

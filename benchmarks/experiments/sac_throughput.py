@@ -29,6 +29,7 @@ import numpy as np
 import rmtjax
 from benchmarks.lib import runner
 from benchmarks.lib.peers import SAC_ENV as ENV, rejax_sac, sac_config
+from benchmarks.lib.tables import compile_cache
 
 RESULTS = runner.RESULTS / "sac_throughput" / "sac_throughput.md"
 
@@ -142,6 +143,7 @@ def run(args):
         f"- machine: {os.cpu_count()} CPU cores ({cpu_model()}), JAX {jax.__version__} on {jax.default_backend()}; "
         "a shared machine, so absolute numbers are noisy and the ratio is the result",
         f"- date: {datetime.date.today().isoformat()}",
+        f"- compile cache: {compile_cache()}",
         "- every run's seconds, in order: " + "; ".join(f"{n}: {', '.join(f'{s:.1f}' for s in v)}"
                                                       for n, v in runs.items()),
         f"- compatibility: {compat}",

@@ -37,7 +37,6 @@ Results: `results/suite/suite_<mode>.md` (tables; command, machine, load, date, 
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import math
 import os
 import sys
@@ -50,9 +49,9 @@ import rmtjax
 from benchmarks.lib import cli, peers, runner
 from benchmarks.lib.curves import curve_points
 from benchmarks.lib.plots import pyplot
-from benchmarks.lib.runner import command, git_rev, machine, run_agent
+from benchmarks.lib.runner import run_agent
 from benchmarks.lib.stats import bootstrap_band, iqm_ci, stratified_iqm_ci
-from benchmarks.lib.tables import table as _table
+from benchmarks.lib.tables import provenance, table as _table
 from benchmarks.reports import claims
 from rmtjax.envs import make_env
 
@@ -393,13 +392,9 @@ class Suite:
     def header(self, title: str) -> list[str]:
         elapsed = time.perf_counter() - self.t0
         l0, l1 = self.load0, os.getloadavg()
-        return [f"# {title}", "",
-                f"- command: `{command()}`",
-                f"- machine: {machine()}",
+        return [f"# {title}", "", *provenance(),
                 f"- load average (1/5/15 min) at start {l0[0]:.1f}/{l0[1]:.1f}/{l0[2]:.1f}, at the last write "
                 f"{l1[0]:.1f}/{l1[1]:.1f}/{l1[2]:.1f} (above the core count: the machine was shared)",
-                f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}",
-                f"- git: {git_rev()}",
                 f"- wall time so far: {elapsed / 60:.1f} min (sections: {', '.join(self.args.sections)}; "
                 f"{self.args.jobs} learning run(s) at a time)", ""]
 

@@ -1,10 +1,12 @@
-"""Markdown tables: a table's text, and a results file with the command, machine, date and commit
-above it."""
+"""Markdown tables: a table's text, and a results file with the command, machine, date, commit and
+compile cache above it."""
 
 from __future__ import annotations
 
 import datetime
 from pathlib import Path
+
+import jax
 
 from benchmarks.lib import runner
 
@@ -19,8 +21,6 @@ def table(header: list[str], rows: list[list]) -> str:
 def compile_cache() -> str:
     """Whether this process compiled through a persistent cache, which turns a compile column
     into disk reads of programs compiled by an earlier run."""
-    import jax
-
     where = jax.config.jax_compilation_cache_dir
     return f"on ({where}): a compile column may read programs compiled before" if where else "off (cold compiles)"
 

@@ -362,7 +362,8 @@ class Kind:
     cause: str
     evidence: tuple[str, ...]  # metric names (without the prefix) shown as evidence
     # (config field, suggested value or change) or (field, suggestion, at_least): a fix of the last form
-    # is left out where the config's value is already at least `at_least` (8 seeds need no "3 or more")
+    # is left out where the config's value is already at least `at_least` (8 seeds need no "3 or more", an
+    # ε starting at 1.0 no "start exploring more")
     fixes: tuple[tuple, ...]
 
 
@@ -371,7 +372,7 @@ KINDS: dict[str, Kind] = {
         "the return fell far below its first level early on: the policy settled on bad actions before it explored "
         "(too little initial exploration, rewards on a large scale, or one unlucky seed)",
         ("return", "return_first"),
-        (("agent.eps_start", "0.9 (an initial exploration rate of 0.8-0.99)"), ("agent.ent_coef", "0.01"),
+        (("agent.eps_start", "0.9 (an initial exploration rate of 0.8-0.99)", 0.8), ("agent.ent_coef", "0.01"),
          ("env.reward_scale", "so that rewards lie within [-1, 1]"), ("train.num_seeds", "3 or more", 3))),
     "value_divergence": Kind(
         "the value estimates diverged: Q or the TD/value loss grew far beyond the returns, or updates were "
@@ -390,7 +391,7 @@ KINDS: dict[str, Kind] = {
         "exploration is at its floor (ε or temperature) and the return makes no progress: the agent no longer "
         "tries actions that could find reward (a sparse reward needs exploration)",
         ("explore", "return", "return_first", "return_best"),
-        (("agent.eps_end", "0.05"), ("agent.eps_start", "1.0"), ("agent.eps_decay_frac", "0.5 (a longer decay)"),
+        (("agent.eps_end", "0.05", 0.05), ("agent.eps_start", "1.0", 1.0), ("agent.eps_decay_frac", "0.5 (a longer decay)"),
          ("agent.ent_coef", "0.01"), ("agent.entropy_target_end", "a larger share"))),
     "seed_disagreement": Kind(
         "the seeds' returns stay far apart: the result depends on the seed (or the seeds were given different "

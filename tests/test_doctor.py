@@ -163,6 +163,20 @@ def test_a_fix_the_config_already_has_is_not_suggested():
     assert "train.num_seeds: 5 or more, and report an interval" in doctor.fixes("seed_disagreement")  # no config
 
 
+def test_exploration_fixes_only_ask_for_more_exploration_than_the_config_has():
+    # "too little initial exploration" never suggests an ε start below the one in force
+    full = doctor.fixes("early_collapse", rmtjax.make_config("rmt", "Acrobot-v1"))  # eps_start 1.0
+    assert [f for f in full if f.startswith("agent.eps_start")] == []
+    low = doctor.fixes("early_collapse", rmtjax.make_config("rmt", "Acrobot-v1", {"agent.eps_start": 0.5}))
+    assert "agent.eps_start: 0.9 (an initial exploration rate of 0.8-0.99) (now 0.5)" in low
+    # exploration stuck: ε already ending at 0.1 and starting at 1.0 leaves the longer decay to suggest
+    stuck = doctor.fixes("exploration_stuck", rmtjax.make_config("dqn", "CartPole-v1", {"agent.eps_end": 0.1}))
+    assert [f.split(":")[0] for f in stuck] == ["agent.eps_decay_frac"]
+    pinned = doctor.fixes("exploration_stuck", rmtjax.make_config("dqn", "CartPole-v1",
+                                                                  {"agent.eps_start": 0.0, "agent.eps_end": 0.0}))
+    assert pinned[:2] == ["agent.eps_end: 0.05 (now 0.0)", "agent.eps_start: 1.0 (now 0.0)"]
+
+
 # -- real runs ---------------------------------------------------------------------------------------
 def train(tmp_path_factory, name, algo, env, overrides, hparams=None):
     path = tmp_path_factory.mktemp("doctor") / name

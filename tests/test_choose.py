@@ -28,3 +28,18 @@ def test_the_minatar_aggregate_divides_each_games_iqm_by_the_best_and_resamples_
     assert out["a"][0] == 0.5 * (2.5 / 4 + 1.0)
     assert out["b"] == (0.75, 0.75, 0.75)  # constant seeds: no spread
     assert out["a"][1] < out["a"][0] <= out["a"][2]
+
+
+def test_set_overrides_go_to_their_agent_or_to_all_and_a_preset_run_takes_them_and_its_key():
+    from benchmarks.experiments.choose import train_preset
+    from benchmarks.lib.runner import sets_per_algo
+
+    sets = sets_per_algo(["rmt:agent.batch_size=64", "train.num_chunks=2", "dqn:agent.lr=1e-3"], ["rmt", "dqn", "pqn"])
+    assert sets == {"rmt": ["agent.batch_size=64", "train.num_chunks=2"],
+                    "dqn": ["train.num_chunks=2", "agent.lr=1e-3"], "pqn": ["train.num_chunks=2"]}
+    tiny = ["train.total_steps=2000", "agent.learning_starts=500", "agent.buffer_size=1000"]
+    a = train_preset("dqn", "CartPole-v1", seeds=2, evals=2, sets=tiny, seed=3)
+    assert (a.config.train.total_steps, a.config.agent.learning_starts, a.config.env.num_envs) == (2000, 500, 10)
+    assert np.asarray(a.eval_return).shape == (2, 2)  # 2 seeds × 2 evaluations
+    b = train_preset("dqn", "CartPole-v1", seeds=2, evals=2, sets=tiny, seed=4)
+    assert not np.array_equal(np.asarray(a.metrics["episode_return"]), np.asarray(b.metrics["episode_return"]))

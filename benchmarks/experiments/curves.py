@@ -12,14 +12,12 @@ per seed, how many seeds reach `--threshold`, and whole-loop env-steps/s; the cu
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import numpy as np
 
 from benchmarks.lib import runner
 from benchmarks.lib.curves import grid_points, late_mean
 from benchmarks.lib.plots import plot_curves
-from benchmarks.lib.runner import run_agent
+from benchmarks.lib.runner import run_agent, sets_per_algo
 from benchmarks.lib.tables import write_table
 
 # diagnostics averaged over the second half of training, when an agent reports them
@@ -42,14 +40,7 @@ def add_arguments(ap) -> None:
 def run(args):
     name = args.name or f"curves_{'_'.join(args.algos)}_{args.env.replace(':', '_')}"
 
-    per_algo = defaultdict(list)
-    for s in args.set:
-        algo, sep, rest = s.partition(":")
-        if sep and "=" not in algo:
-            per_algo[algo].append(rest)
-        else:
-            for a in args.algos:
-                per_algo[a].append(s)
+    per_algo = sets_per_algo(args.set, args.algos)
 
     rows, curves, diag_rows = [], {}, []
     steps_axis = None

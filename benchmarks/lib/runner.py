@@ -75,6 +75,19 @@ def git_rev() -> str:
         return "unknown"
 
 
+def sets_per_algo(sets: list[str], algos: list[str]) -> dict[str, list[str]]:
+    """`--set` values per agent: `ALGO:KEY=VALUE` for that agent, `KEY=VALUE` for every one of `algos`."""
+    out: dict[str, list[str]] = {a: [] for a in algos}
+    for s in sets:
+        algo, sep, rest = s.partition(":")
+        if sep and "=" not in algo:
+            out.setdefault(algo, []).append(rest)
+        else:
+            for a in algos:
+                out[a].append(s)
+    return out
+
+
 def run_agent(algo: str, env: str, steps: int, seeds: int, sets: list[str], seed: int, preset: bool = True):
     """Train `algo` on `env` from its preset for the env (or, with `preset=False` or without one,
     its defaults) with the `KEY=VALUE` overrides `sets`: all seeds vmapped in one compiled program."""

@@ -391,7 +391,8 @@ KINDS: dict[str, Kind] = {
         "exploration is at its floor (ε or temperature) and the return makes no progress: the agent no longer "
         "tries actions that could find reward (a sparse reward needs exploration)",
         ("explore", "return", "return_first", "return_best"),
-        (("agent.eps_end", "0.05", 0.05), ("agent.eps_start", "1.0", 1.0), ("agent.eps_decay_frac", "0.5 (a longer decay)"),
+        (("agent.eps_end", "0.05", 0.05), ("agent.eps_start", "1.0", 1.0),
+         ("agent.eps_decay_frac", "0.5 (a longer decay)"),
          ("agent.ent_coef", "0.01"), ("agent.entropy_target_end", "a larger share"))),
     "seed_disagreement": Kind(
         "the seeds' returns stay far apart: the result depends on the seed (or the seeds were given different "

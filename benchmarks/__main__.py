@@ -90,5 +90,5 @@ def main(argv=None):
 if __name__ == "__main__":
     try:
         main()
-    except cli.ConfigFileError as e:
+    except (cli.ConfigFileError, cli.UsageError) as e:
         raise SystemExit(f"error: {e}") from None

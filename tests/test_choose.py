@@ -1,6 +1,7 @@
 import types
 
 import numpy as np
+import pytest
 
 from benchmarks.experiments.choose import steps_to_threshold, time_to_threshold
 
@@ -37,6 +38,9 @@ def test_set_overrides_go_to_their_agent_or_to_all_and_a_preset_run_takes_them_a
     sets = sets_per_algo(["rmt:agent.batch_size=64", "train.num_chunks=2", "dqn:agent.lr=1e-3"], ["rmt", "dqn", "pqn"])
     assert sets == {"rmt": ["agent.batch_size=64", "train.num_chunks=2"],
                     "dqn": ["train.num_chunks=2", "agent.lr=1e-3"], "pqn": ["train.num_chunks=2"]}
+    from benchmarks.lib.cli import UsageError
+    with pytest.raises(UsageError, match="'rmtt' is not one of the agents run"):  # a typo is not dropped silently
+        sets_per_algo(["rmtt:agent.lr=1e-3"], ["rmt", "dqn"])
     tiny = ["train.total_steps=2000", "agent.learning_starts=500", "agent.buffer_size=1000"]
     a = train_preset("dqn", "CartPole-v1", seeds=2, evals=2, sets=tiny, seed=3)
     assert (a.config.train.total_steps, a.config.agent.learning_starts, a.config.env.num_envs) == (2000, 500, 10)

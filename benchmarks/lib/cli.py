@@ -24,6 +24,10 @@ class ConfigFileError(ValueError):
     """A config file that names no experiment, or an option its experiment does not have."""
 
 
+class UsageError(ValueError):
+    """Options that parse but do not fit together (e.g. a `--set` for an agent that is not run)."""
+
+
 def parser(module, prog: str | None = None) -> argparse.ArgumentParser:
     """The argument parser of an experiment module: its docstring's first paragraph as the
     description, the rest as the epilog, its `add_arguments`."""

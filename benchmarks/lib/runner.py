@@ -14,6 +14,7 @@ import jax
 
 import rmtjax
 from rmtjax.config import parse_override
+from benchmarks.lib.cli import UsageError
 
 # results/<experiment>/: every experiment writes its files into its own folder (`out`)
 RESULTS = Path(__file__).resolve().parent.parent / "results"
@@ -76,12 +77,16 @@ def git_rev() -> str:
 
 
 def sets_per_algo(sets: list[str], algos: list[str]) -> dict[str, list[str]]:
-    """`--set` values per agent: `ALGO:KEY=VALUE` for that agent, `KEY=VALUE` for every one of `algos`."""
+    """`--set` values per agent: `ALGO:KEY=VALUE` for that agent, `KEY=VALUE` for every one of `algos`.
+    An ALGO that is not among `algos` (a typo, or an agent left out of the run) is an error, not
+    an override silently dropped."""
     out: dict[str, list[str]] = {a: [] for a in algos}
     for s in sets:
         algo, sep, rest = s.partition(":")
         if sep and "=" not in algo:
-            out.setdefault(algo, []).append(rest)
+            if algo not in out:
+                raise UsageError(f"--set {s}: {algo!r} is not one of the agents run ({' '.join(algos)})")
+            out[algo].append(rest)
         else:
             for a in algos:
                 out[a].append(s)

@@ -9,8 +9,8 @@ steps, lr 2.5e-4, hard target update every 500 env steps (50 gradient steps), ε
 the first half, 120-84 ReLU MLP, squared loss, no gradient clipping. **RMT** — the same envs,
 replay ratio, batch, buffer, warm-up, lr, target period and ε schedule with every RMT component
 on (tiered replay, ε+Boltzmann exploration, 3-step DQN targets (Double-DQN until RMT's default
-became single-Q), Huber loss, dueling head, its CartPole preset's torso (since the redesign one
-64-wide fractal block with LayerNorm), clipping); `rmt-64`: two 64-wide fractal blocks;
+became single-Q), Huber loss, dueling head, its default torso (one 64-wide fractal block with
+LayerNorm; the CartPole preset's until it took a one-layer MLP), clipping); `rmt-64`: two 64-wide fractal blocks;
 `rmt-mlp`: every component but the torso, which is the DQN's 120-84 MLP with LayerNorm;
 `rmt-dqnnet`: the DQN's very network (120-84, no LayerNorm), so the row measures RMT's machinery
 at the DQN's arithmetic. **PPO** — rmtjax's CartPole preset against the reference PPO at the

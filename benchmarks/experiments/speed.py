@@ -9,8 +9,11 @@ steps, lr 2.5e-4, hard target update every 500 env steps (50 gradient steps), ε
 the first half, 120-84 ReLU MLP, squared loss, no gradient clipping. **RMT** — the same envs,
 replay ratio, batch, buffer, warm-up, lr, target period and ε schedule with every RMT component
 on (tiered replay, ε+Boltzmann exploration, 3-step DQN targets (Double-DQN until RMT's default
-became single-Q), Huber loss, dueling head, its default torso (one 64-wide fractal block with
-LayerNorm; the CartPole preset's until it took a one-layer MLP), clipping); `rmt-64`: two 64-wide fractal blocks;
+became single-Q), Huber loss, dueling head, clipping) and its CartPole preset's other settings:
+its torso (a one-layer 64-wide MLP with LayerNorm since ae87776, one 64-wide fractal block
+before) and its re-ranking of the ring (every 128 updates since 1283c38, 16 before);
+`rmt-fractal`: RMT's default torso, one 64-wide fractal block with LayerNorm; `rmt-64`: two
+64-wide fractal blocks;
 `rmt-mlp`: every component but the torso, which is the DQN's 120-84 MLP with LayerNorm;
 `rmt-dqnnet`: the DQN's very network (120-84, no LayerNorm), so the row measures RMT's machinery
 at the DQN's arithmetic. **PPO** — rmtjax's CartPole preset against the reference PPO at the
@@ -46,7 +49,8 @@ DQN_SETTINGS = {"env.num_envs": 10, "agent.rollout_len": 1, "agent.updates_per_s
 ROWS = {
     "dqn": ("dqn", {**DQN_SETTINGS, "agent.hidden": [120, 84], "agent.max_grad_norm": 0.0}),
     "rmt": ("rmt", DQN_SETTINGS),
-    "rmt-64": ("rmt", {**DQN_SETTINGS, "agent.hidden": [64, 64]}),
+    "rmt-fractal": ("rmt", {**DQN_SETTINGS, "agent.torso": "dense_fractal", "agent.hidden": [64]}),
+    "rmt-64": ("rmt", {**DQN_SETTINGS, "agent.torso": "dense_fractal", "agent.hidden": [64, 64]}),
     # every RMT component but the torso: the DQN's 120-84 MLP (with LayerNorm) instead of the fractal one
     "rmt-mlp": ("rmt", {**DQN_SETTINGS, "agent.torso": "mlp", "agent.hidden": [120, 84]}),
     # RMT's machinery (tiered replay, ε+Boltzmann, 3-step targets, dueling, Huber, clip) on the DQN's very network

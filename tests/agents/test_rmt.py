@@ -282,7 +282,16 @@ def test_the_3x3_convolution_as_one_matrix_product_is_the_convolution():
 
 
 def test_the_dense_fractal_torso_flattens_images():
-    agent = agent_for(env="Breakout-MinAtar", **{"agent.learning_starts": 10_000})  # the default torso
+    agent = agent_for(env="Breakout-MinAtar", **{"agent.torso": "dense_fractal", "agent.learning_starts": 10_000})
     params = agent.net.init(jax.random.key(0), jnp.zeros((1,) + agent.spec.obs_shape))["params"]["torso"]
     assert params["Dense_0"]["kernel"].shape == (10 * 10 * agent.spec.obs_shape[-1], agent.cfg.hidden[0])
     assert "FractalBlock_0" in params and not any(k.startswith("Conv") for k in params)
+
+
+def test_the_default_torso_is_one_dense_layer_with_layer_norm():
+    cfg = rmtjax.make_config("rmt", "Breakout-MinAtar").agent  # no preset: the agent's own defaults
+    assert (cfg.torso, cfg.hidden, cfg.layer_norm) == ("mlp", (64,), True)
+    agent = build_agent(rmtjax.make_config("rmt", "Breakout-MinAtar", {"agent.learning_starts": 10_000}))
+    params = agent.net.init(jax.random.key(0), jnp.zeros((1,) + agent.spec.obs_shape))["params"]["torso"]
+    assert params["Dense_0"]["kernel"].shape == (10 * 10 * agent.spec.obs_shape[-1], 64)
+    assert sorted(params) == ["Dense_0", "LayerNorm_0"]

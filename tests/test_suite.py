@@ -66,7 +66,10 @@ def test_quick_budget_gives_every_agent_equal_steps_on_an_env():
 def test_claims_table_reads_every_claim_from_the_runs(monkeypatch):
     from benchmarks.experiments import suite as suite_module
 
+    calls = []
+
     def run(algo, env, steps, sets, tag=""):
+        calls.append((algo, env, list(sets)))
         r = fake_run([[-200, -150, -120, -100]] * 4 if env == "MountainCar-v0" else [[10, 120, 300, 480]] * 4,
                      [[4, 4, 4, 4]] * 4, env=env, num_envs=4)
         r.result.metrics["top_td_share"] = np.full((4, 4), 0.1 if "agent.replay=uniform" in sets else 0.6)
@@ -92,6 +95,10 @@ def test_claims_table_reads_every_claim_from_the_runs(monkeypatch):
     assert "+40%" in rows[1]  # -1000 -> -600
     assert "ε only ÷ ε+Boltzmann = 2.00×" in rows[3]
     assert "10.0× at 1 env" in rows[4] and "PPO 30.0×" in rows[5]
+    # the fractal-vs-residual claim names the fractal torso: RMT's default and CartPole preset are one dense layer
+    torsos = [dict(x.split("=") for x in sets).get("agent.torso") for algo, env, sets in calls
+              if env == "CartPole-v1" and "meta.mode=rules" not in sets]
+    assert torsos == ["dense_fractal", "residual"]
 
 
 def test_median_steps_lists_every_seed_sorted_with_never_for_a_miss():

@@ -11,9 +11,9 @@ replay ratio, batch, buffer, warm-up, lr, target period and ε schedule with eve
 on (tiered replay, ε+Boltzmann exploration, 3-step DQN targets (Double-DQN until RMT's default
 became single-Q), Huber loss, dueling head, clipping) and its CartPole preset's other settings:
 its torso (a one-layer 64-wide MLP with LayerNorm since ae87776, one 64-wide fractal block
-before) and its re-ranking of the ring (every 128 updates since 1283c38, 16 before);
-`rmt-fractal`: RMT's default torso, one 64-wide fractal block with LayerNorm; `rmt-64`: two
-64-wide fractal blocks;
+before; RMT's default torso too since 496d57e) and its re-ranking of the ring (every 128 updates
+since 1283c38, 16 before); `rmt-fractal`: one 64-wide fractal block with LayerNorm (RMT's
+default torso until 496d57e); `rmt-64`: two 64-wide fractal blocks;
 `rmt-mlp`: every component but the torso, which is the DQN's 120-84 MLP with LayerNorm;
 `rmt-dqnnet`: the DQN's very network (120-84, no LayerNorm), so the row measures RMT's machinery
 at the DQN's arithmetic. **PPO** — rmtjax's CartPole preset against the reference PPO at the
@@ -51,7 +51,7 @@ ROWS = {
     "rmt": ("rmt", DQN_SETTINGS),
     "rmt-fractal": ("rmt", {**DQN_SETTINGS, "agent.torso": "dense_fractal", "agent.hidden": [64]}),
     "rmt-64": ("rmt", {**DQN_SETTINGS, "agent.torso": "dense_fractal", "agent.hidden": [64, 64]}),
-    # every RMT component but the torso: the DQN's 120-84 MLP (with LayerNorm) instead of the fractal one
+    # every RMT component but the torso: the DQN's 120-84 MLP (with LayerNorm) instead of the preset's
     "rmt-mlp": ("rmt", {**DQN_SETTINGS, "agent.torso": "mlp", "agent.hidden": [120, 84]}),
     # RMT's machinery (tiered replay, ε+Boltzmann, 3-step targets, dueling, Huber, clip) on the DQN's very network
     "rmt-dqnnet": ("rmt", {**DQN_SETTINGS, "agent.torso": "mlp", "agent.hidden": [120, 84], "agent.layer_norm": False}),

@@ -13,8 +13,10 @@ Sections (all by default, in this order; `--sections` picks some):
   Reported per (env, agent): final return and area under the learning curve (AUC), each as
   the IQM over seeds with a 95% percentile-bootstrap interval; pooled over envs per agent as
   a stratified-bootstrap IQM of normalised scores; learning-curve plots.
-- `ablations`: RMT with every component on (tiered replay, ε+Boltzmann exploration, fractal
-  torso, meta-controller `rules`), then one component switched off at a time.
+- `ablations`: RMT with every component on (tiered replay, ε+Boltzmann exploration, the fractal
+  torso — one 64-wide dense block, set explicitly since RMT's default and its CartPole and Acrobot
+  presets take a one-layer torso — and meta-controller `rules`), then one component switched off
+  at a time.
 - `throughput`: whole-loop env-steps/s and compile time per agent (one seed, one compiled
   program), against rejax (JAX) and stable-baselines3 (PyTorch, CPU, gymnasium envs) at
   matched settings, measured in this one run and reported as ratios.
@@ -69,8 +71,10 @@ SCORE_RANGE = {
     "MountainCarContinuous-v0": (-35.0, 95.0),
 }
 
-# RMT ablations: the full agent, then one component off at a time
-FULL_RMT = ["meta.mode=rules"]
+# RMT ablations: the full agent, then one component off at a time; the fractal torso is named, as
+# RMT's default torso and its CartPole and Acrobot presets' are one dense layer
+FRACTAL = ["agent.torso=dense_fractal", "agent.hidden=[64]"]
+FULL_RMT = FRACTAL + ["meta.mode=rules"]
 ABLATIONS = (
     ("full", "all components on", []),
     ("uniform replay", "agent.replay=uniform", ["agent.replay=uniform"]),
@@ -235,7 +239,7 @@ class Suite:
         if "curves" in a.sections:
             keys += [self._key(algo, e, b.steps[e], []) for e in a.envs for algo in a.agents if fits(algo, e)]
         if "ablations" in a.sections:
-            keys += [self._key("rmt", e, b.ablation_steps, [] if name == "meta off" else FULL_RMT + sets)
+            keys += [self._key("rmt", e, b.ablation_steps, FRACTAL if name == "meta off" else FULL_RMT + sets)
                      for e in a.ablation_envs for name, _, sets in ABLATIONS]
         if "claims" in a.sections:
             uniform = dict((n, s) for n, _, s in ABLATIONS)["uniform replay"]
@@ -243,8 +247,8 @@ class Suite:
                      self._key("rmt", a.ablation_envs[0], b.ablation_steps, FULL_RMT + uniform),
                      self._key("sac", "Pendulum-v1", b.steps["Pendulum-v1"], []),
                      self._key("sac", "Pendulum-v1", b.steps["Pendulum-v1"], ["meta.mode=rules"]),
-                     self._key("rmt", "CartPole-v1", b.steps["CartPole-v1"], []),
-                     self._key("rmt", "CartPole-v1", b.steps["CartPole-v1"], ["agent.torso=residual"]),
+                     self._key("rmt", "CartPole-v1", b.steps["CartPole-v1"], FRACTAL),
+                     self._key("rmt", "CartPole-v1", b.steps["CartPole-v1"], FRACTAL + ["agent.torso=residual"]),
                      self._key("rmt", "MountainCar-v0", b.discovery_steps, []),
                      self._key("rmt", "MountainCar-v0", b.discovery_steps, ["agent.exploration=eps_greedy"])]
         return list(dict.fromkeys(keys))
@@ -331,8 +335,7 @@ class Suite:
         for env_id in self.args.ablation_envs:
             full = None
             for name, change, sets in ABLATIONS:
-                # "meta off" is the preset RMT: the curves section's run when the budgets match
-                run_sets = [] if name == "meta off" else FULL_RMT + sets
+                run_sets = FRACTAL if name == "meta off" else FULL_RMT + sets  # the preset's meta is off
                 run = self.run("rmt", env_id, b.ablation_steps, run_sets, tag=f"rmt ablation '{name}'")
                 self.extra["ablations"][(env_id, name)] = run
                 full = full or run
@@ -345,7 +348,8 @@ class Suite:
             f"## RMT ablations: one component off at a time ({b.seeds} seeds, {b.ablation_steps:,} env steps)", "",
             _table(["env", "variant", "change from full", "final return IQM [95% CI]", "AUC IQM [95% CI]",
                     "Δ mean AUC vs full", "top_td_share", "env-steps/s"], rows), "",
-            "`full`: the RMT preset with tiered replay, ε+Boltzmann exploration, the fractal torso and "
+            "`full`: the RMT preset with tiered replay, ε+Boltzmann exploration, the fractal torso (one 64-wide "
+            "dense block) and "
             "`meta.mode=rules`; every other row changes one setting. AUC as in the table above. "
             "`top_td_share`: share of each minibatch whose |TD error| is in the buffer's top 10% (mean over the "
             "second half of training; a uniform draw gives 0.10).", "",
@@ -642,8 +646,8 @@ def claims_table(suite) -> str:
 
     # 3. fractal torso vs plain residual MLP on CartPole
     steps, thr = b.steps["CartPole-v1"], b.convergence_threshold
-    frac = suite.run("rmt", "CartPole-v1", steps, [], tag="rmt fractal (claims)")
-    res = suite.run("rmt", "CartPole-v1", steps, ["agent.torso=residual"], tag="rmt residual (claims)")
+    frac = suite.run("rmt", "CartPole-v1", steps, FRACTAL, tag="rmt fractal (claims)")
+    res = suite.run("rmt", "CartPole-v1", steps, FRACTAL + ["agent.torso=residual"], tag="rmt residual (claims)")
     s_frac, s_res = frac.steps_to(thr), res.steps_to(thr)
     m_frac, m_res = np.median(s_frac), np.median(s_res)
     if math.isfinite(m_frac) and math.isfinite(m_res):
@@ -655,7 +659,7 @@ def claims_table(suite) -> str:
         meas, reading = "not resolved at this budget", "inconclusive"
     rows.append(["The fractal block converges 40% faster than a plain residual MLP on CartPole",
                  f"median env steps to a return ≥ {thr:g}: fractal {_median_steps(s_frac)}, residual "
-                 f"{_median_steps(s_res)}; {meas} (RMT preset, {steps:,} steps, {b.seeds} seeds)",
+                 f"{_median_steps(s_res)}; {meas} (RMT preset with one 64-wide block, {steps:,} steps, {b.seeds} seeds)",
                  reading, cmd + " (claims: rmt CartPole-v1, agent.torso fractal vs residual)"])
 
     rows.append(discovery_row(suite, cmd + " (claims: rmt MountainCar-v0, agent.exploration)"))

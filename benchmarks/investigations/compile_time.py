@@ -25,7 +25,7 @@ VARIANTS = {
     "as configured": [],
     "uniform replay (not tiered)": ["agent.replay=uniform"],
     "ε-greedy (no Boltzmann)": ["agent.exploration=eps_greedy"],
-    "MLP torso (not fractal)": ["agent.torso=mlp"],
+    "fractal torso (not one dense layer)": ["agent.torso=dense_fractal"],
     "Double-DQN (one more forward pass)": ["agent.double_q=true"],
 }
 

@@ -1,5 +1,6 @@
 """Where RMT's compile time goes: cold compile of the init program and of one chunk for RMT at its
-CartPole preset's network with one component switched off at a time, beside rmtjax DQN.
+CartPole-v1 preset (a one-layer torso since ae87776, RMT's default torso since 496d57e) with one
+component switched at a time, beside rmtjax DQN at its CartPole-v1 preset.
 
     python -m benchmarks rmt_compile [--seeds 1] [--rounds 3] [--variants ...] [--name rmt_compile]
 
@@ -25,13 +26,13 @@ from benchmarks.lib.tables import write_table
 from rmtjax import cache
 from rmtjax.driver import INIT_COMPILER_OPTIONS, Program, seed_keys
 
-BASE = "rmt (its defaults)"
+BASE = "rmt (its CartPole preset)"
 VARIANTS = {
-    "dqn (rmtjax DQN, its defaults)": ("dqn", {}),
+    "dqn (rmtjax DQN, its CartPole preset)": ("dqn", {}),
     BASE: ("rmt", {}),
     "rmt, n_step 1 (no n-step window to fill in init)": ("rmt", {"agent.n_step": 1}),
     "rmt, uniform replay": ("rmt", {"agent.replay": "uniform"}),
-    "rmt, MLP torso": ("rmt", {"agent.torso": "mlp"}),
+    "rmt, fractal torso (one 64-wide block; the preset's before ae87776)": ("rmt", {"agent.torso": "dense_fractal"}),
     "rmt, no LayerNorm": ("rmt", {"agent.layer_norm": False}),
     "rmt, no dueling head": ("rmt", {"agent.dueling": False}),
     "rmt, Double-Q (one more forward pass; its default before)": ("rmt", {"agent.double_q": True}),

@@ -27,10 +27,11 @@ from rmtjax.driver import Program
 MLP = {"agent.torso": "mlp", "agent.hidden": [120, 84]}
 PLAIN = {"agent.double_q": False, "agent.layer_norm": False, "agent.dueling": False, "agent.max_grad_norm": 0.0,
          "agent.loss": "mse", "agent.n_step": 1}
-F128 = {"agent.hidden": [128, 128]}  # RMT's torso when this was first measured (its default is one 64-wide block now)
+# RMT's torso when this was first measured, named: its default and CartPole preset are one dense layer now
+F128 = {"agent.torso": "dense_fractal", "agent.hidden": [128, 128]}
 VARIANTS = {
     "RMT: fractal 128 (2 blocks), LayerNorm, dueling, Double-DQN, Huber, clip": F128,
-    "fractal 64": {"agent.hidden": [64, 64]},
+    "fractal 64": {**F128, "agent.hidden": [64, 64]},
     "fractal 128, no Double-DQN (2 forward passes, not 3)": {**F128, "agent.double_q": False},
     "fractal 128, no LayerNorm": {**F128, "agent.layer_norm": False},
     "fractal 128, no dueling head": {**F128, "agent.dueling": False},

@@ -45,8 +45,8 @@ SETTINGS_NOTE = (
 # RMT has no peer implementation: its peer row is the peer's DQN at the settings RMT's CartPole preset
 # shares with it (4 envs, a gradient step of batch 128 per 4 env steps, buffer 50,000, learning
 # from 2,000 steps, lr 5e-4): what a user would otherwise run. RMT does more per update.
-RMT_PEER_NOTE = ("{peer} column: {peer}'s DQN at RMT's shared settings (no {peer} RMT); RMT also runs a 128-128 "
-                 "fractal torso with a dueling head, tiered replay, n-step targets, Boltzmann exploration")
+RMT_PEER_NOTE = ("{peer} column: {peer}'s DQN at RMT's shared settings (no {peer} RMT); RMT also runs its "
+                 "preset's torso with LayerNorm, a dueling head, tiered replay, n-step targets, Boltzmann exploration")
 
 
 def _sac_args(steps: int):

@@ -37,12 +37,14 @@ def _lax_convolutions(agent):
 
 
 CONV = {"agent.torso": "fractal"}
+DENSE = {"agent.torso": "dense_fractal"}
 VARIANTS = {  # name -> (config overrides, network swap)
     "conv fractal (torso: fractal), 16 channels, 1 block, dense 64, convolutions as lax's op": (CONV, _lax_convolutions),
     "the same, convolutions as one matrix product (Conv3x3)": (CONV, None),
     "conv fractal, 16 channels, 2 blocks (Conv3x3)": ({**CONV, "agent.hidden": [64, 64]}, None),
-    "dense fractal 64, 1 block, flattened image (RMT's default)": ({}, None),
-    "dense fractal 128, 2 blocks, flattened image": ({"agent.hidden": [128, 128]}, None),
+    "dense fractal 64, 1 block, flattened image (RMT's default until 496d57e)": (DENSE, None),
+    "dense fractal 128, 2 blocks, flattened image": ({**DENSE, "agent.hidden": [128, 128]}, None),
+    "MLP 64, one layer (RMT's default since 496d57e)": ({"agent.torso": "mlp", "agent.hidden": [64]}, None),
     "MinAtar CNN 16 → 128 (DQN's and PQN's Breakout presets)": ({"agent.torso": "cnn", "agent.hidden": [128]}, None),
     "MLP 128-128 (DQN's default)": ({"agent.torso": "mlp", "agent.hidden": [128, 128]}, None),
 }

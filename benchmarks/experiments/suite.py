@@ -84,6 +84,12 @@ ABLATIONS = (
 )
 
 
+def ablation_sets(name: str, sets: list) -> list:
+    """The overrides of the ablation row `name` (one of ABLATIONS): FULL_RMT plus the row's change;
+    `meta off` is FRACTAL alone (the preset's meta is off)."""
+    return FRACTAL if name == "meta off" else FULL_RMT + sets
+
+
 @dataclasses.dataclass(frozen=True)
 class Budget:
     seeds: int
@@ -239,7 +245,7 @@ class Suite:
         if "curves" in a.sections:
             keys += [self._key(algo, e, b.steps[e], []) for e in a.envs for algo in a.agents if fits(algo, e)]
         if "ablations" in a.sections:
-            keys += [self._key("rmt", e, b.ablation_steps, FRACTAL if name == "meta off" else FULL_RMT + sets)
+            keys += [self._key("rmt", e, b.ablation_steps, ablation_sets(name, sets))
                      for e in a.ablation_envs for name, _, sets in ABLATIONS]
         if "claims" in a.sections:
             uniform = dict((n, s) for n, _, s in ABLATIONS)["uniform replay"]
@@ -335,8 +341,7 @@ class Suite:
         for env_id in self.args.ablation_envs:
             full = None
             for name, change, sets in ABLATIONS:
-                run_sets = FRACTAL if name == "meta off" else FULL_RMT + sets  # the preset's meta is off
-                run = self.run("rmt", env_id, b.ablation_steps, run_sets, tag=f"rmt ablation '{name}'")
+                run = self.run("rmt", env_id, b.ablation_steps, ablation_sets(name, sets), tag=f"rmt ablation '{name}'")
                 self.extra["ablations"][(env_id, name)] = run
                 full = full or run
                 f, a = iqm_ci(run.final), finite_iqm_ci(run.auc())

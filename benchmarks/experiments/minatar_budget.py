@@ -3,7 +3,8 @@
 and the aggregate score (each game's IQM ÷ the best agent's IQM on that game, averaged over games).
 
     python -m benchmarks minatar_budget [--budget-seconds 60] [--seeds 4] [--algos rmt dqn pqn]
-                                        [--configs benchmarks/configs/agents/rmt_many_envs.yaml] [--name minatar_budget]
+                                        [--configs benchmarks/configs/agents/rmt_many_envs.yaml] [--key 0]
+                                        [--name minatar_budget]
 
 Each agent runs at its preset where it has one (DQN and PQN on Breakout-MinAtar), else at its
 defaults; each `--configs` file is one more entry run on every game. One program per (agent,
@@ -47,6 +48,7 @@ def add_arguments(ap) -> None:
     ap.add_argument("--algos", nargs="+", default=["rmt", "dqn", "pqn"])
     ap.add_argument("--configs", nargs="*", default=["benchmarks/configs/agents/rmt_many_envs.yaml"])
     ap.add_argument("--games", nargs="+", default=list(GAMES))
+    ap.add_argument("--key", type=int, default=0, help="the integer seed every entry starts from (compare's key)")
     ap.add_argument("--name", default="minatar_budget")
 
 
@@ -59,7 +61,7 @@ def run(args):
     rows, scores = [], {}
     for game in args.games:  # one game at a time, so the table grows as it goes
         res = compare(args.algos, [game], args.seeds, configs=args.configs, budget_seconds=args.budget_seconds,
-                      progress=False)
+                      key=args.key, progress=False)
         for e, r in zip(res.entries, res.table()):
             scores.setdefault(e.label, {})[game] = np.asarray(e.eval_return, np.float64)
             rows.append([game, e.label, f"{e.env_steps:,}", f"{e.run_seconds:.1f}", f"{e.steps_per_second:,.0f}",
